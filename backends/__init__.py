@@ -1,0 +1,1 @@
+"""One module per database, holding only what differs between them."""

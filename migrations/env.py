@@ -1,0 +1,55 @@
+"""Alembic environment for queuecore's own schema, on either dialect.
+
+It is driven by `queuecore.migrate()`, which hands over an engine set up by the backend
+(so SQLite migrations take the write lock like every other write).
+"""
+
+from __future__ import annotations
+
+from alembic import context
+from sqlalchemy import create_engine, text
+
+from queuecore.migrate import VERSION_TABLE
+from queuecore.schema import metadata
+
+# Any fixed number: migrations of one database take turns on this advisory lock.
+PG_MIGRATION_LOCK = 0x71C0_5E11
+
+
+def include_object(obj, name, type_, reflected, compare_to):
+    """Only queuecore's tables: the application's own tables may share the database."""
+    if type_ == "table":
+        return name in metadata.tables
+    table = getattr(obj, "table", None)
+    return table is None or table.name in metadata.tables
+
+
+def run_migrations_online() -> None:
+    engine = context.config.attributes.get("engine")
+    owned = engine is None
+    if owned:
+        engine = create_engine(context.config.get_main_option("sqlalchemy.url"))
+    try:
+        with engine.connect() as connection:
+            context.configure(
+                connection=connection,
+                target_metadata=metadata,
+                version_table=VERSION_TABLE,
+                include_object=include_object,
+                render_as_batch=connection.dialect.name == "sqlite",
+                compare_type=True,
+            )
+            with context.begin_transaction():
+                if connection.dialect.name == "postgresql":
+                    connection.execute(
+                        text("SELECT pg_advisory_xact_lock(:key)"), {"key": PG_MIGRATION_LOCK}
+                    )
+                context.run_migrations()
+    finally:
+        if owned:
+            engine.dispose()
+
+
+if context.is_offline_mode():
+    raise SystemExit("queuecore migrations run online only: use `queuecore migrate --dsn DSN`")
+run_migrations_online()

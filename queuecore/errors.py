@@ -1,0 +1,23 @@
+"""Errors a caller can catch by name, each saying what to do about it."""
+
+from __future__ import annotations
+
+
+class QueuecoreError(Exception):
+    """Base class of every error queuecore raises on purpose."""
+
+
+class NotMigratedError(QueuecoreError):
+    """The database has no queuecore schema, or an older one: run the migrations."""
+
+
+class SchemaTooNewError(QueuecoreError):
+    """The database was migrated by a newer queuecore: refuse rather than corrupt it."""
+
+
+class DatabaseUnreachableError(QueuecoreError):
+    """The DSN names a server or file that cannot be opened."""
+
+
+class UnknownBackendError(QueuecoreError):
+    """No installed backend serves the DSN's dialect."""

@@ -1,0 +1,95 @@
+"""Alembic is the only way the schema is made or changed; this drives it from code.
+
+queuecore keeps its own version table, so its history can live beside the
+application's own alembic history in the same database.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import URL, Engine
+from sqlalchemy.exc import OperationalError
+
+from queuecore.errors import DatabaseUnreachableError, NotMigratedError, SchemaTooNewError
+
+VERSION_TABLE = "queuecore_alembic_version"
+
+
+def _config(engine: Engine | None = None) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(resources.files("queuecore.migrations")))
+    cfg.attributes["engine"] = engine
+    return cfg
+
+
+def head_revision() -> str:
+    head = ScriptDirectory.from_config(_config()).get_current_head()
+    assert head is not None, "queuecore ships at least one migration"
+    return head
+
+
+def current_revision(engine: Engine) -> str | None:
+    try:
+        with engine.connect() as conn:
+            context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
+            return context.get_current_revision()
+    except OperationalError as exc:
+        dsn = engine.url.render_as_string(hide_password=True)
+        raise DatabaseUnreachableError(
+            f"cannot open the database {dsn}: {str(exc.orig).strip()}. "
+            "Check that the server is running (or the file's folder exists) and the DSN is right."
+        ) from exc
+
+
+def migrate(bind: str | URL | Engine) -> str:
+    """Bring the database to the newest schema (alembic upgrade head); returns the revision."""
+    if isinstance(bind, Engine):
+        engine, owned = bind, False
+    else:
+        from queuecore.connect import backend_for, to_url
+
+        url = to_url(bind)
+        engine, owned = backend_for(url).create_engine(url), True
+    try:
+        _refuse_newer(engine)
+        command.upgrade(_config(engine), "head")
+        return head_revision()
+    finally:
+        if owned:
+            engine.dispose()
+
+
+def ensure_schema(engine: Engine, *, migrate: bool) -> None:
+    """Check at connect that the schema is the one this code was written for."""
+    current = _refuse_newer(engine)
+    if current == head_revision():
+        return
+    if migrate:
+        command.upgrade(_config(engine), "head")
+        return
+    dsn = engine.url.render_as_string(hide_password=True)
+    state = "has no queuecore schema" if current is None else f"is at revision {current}"
+    raise NotMigratedError(
+        f"the database {dsn} {state}; this queuecore needs revision {head_revision()}. "
+        f"Run: queuecore migrate --dsn '{dsn}'  (or queuecore.migrate(dsn) from Python)"
+    )
+
+
+def _refuse_newer(engine: Engine) -> str | None:
+    current = current_revision(engine)
+    if current is None:
+        return None
+    script = ScriptDirectory.from_config(_config())
+    known = {rev.revision for rev in script.walk_revisions()}
+    if current not in known:
+        raise SchemaTooNewError(
+            f"the database is at queuecore schema revision {current}, which this version of "
+            f"queuecore does not know (newest known: {head_revision()}); it was migrated by a "
+            "newer queuecore. Upgrade queuecore instead of running an older one against it."
+        )
+    return current

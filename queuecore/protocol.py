@@ -1,0 +1,73 @@
+"""The contract every backend satisfies. Code that uses a queue should type against this."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from sqlalchemy import Connection
+
+from queuecore.job import EnqueueResult, Job, JobSnapshot
+
+Effect = Callable[[Connection], object]
+"""A database effect: called with the completing transaction's connection (R10)."""
+
+
+@runtime_checkable
+class Queue(Protocol):
+    def enqueue(
+        self,
+        kind: str,
+        payload: Mapping[str, Any],
+        *,
+        queue: str = "default",
+        delay: float = 0,
+        run_at: datetime | float | None = None,
+        priority: int = 0,
+        max_attempts: int | None = None,
+        dedupe_key: str | None = None,
+        conn: Connection | None = None,
+    ) -> EnqueueResult: ...
+
+    def enqueue_many(
+        self,
+        kind: str,
+        payloads: Iterable[Mapping[str, Any]],
+        *,
+        queue: str = "default",
+        priority: int = 0,
+        max_attempts: int | None = None,
+        conn: Connection | None = None,
+    ) -> list[int]: ...
+
+    def claim(
+        self, worker: str, *, limit: int = 1, queues: Sequence[str] | None = None
+    ) -> list[Job]: ...
+
+    def complete(self, job: Job, *, effect: Effect | None = None) -> bool: ...
+
+    def fail(
+        self,
+        job: Job,
+        error: str,
+        *,
+        retry_in: float | None = None,
+        permanent: bool = False,
+    ) -> Literal["queued", "dead"] | None: ...
+
+    def heartbeat(self, job: Job) -> bool: ...
+
+    def release(self, job: Job) -> bool: ...
+
+    def requeue_dead(self, ids: Iterable[int] | None = None) -> list[int]: ...
+
+    def stats(self, queue: str | None = None) -> Mapping[str, Any]: ...
+
+    def purge(
+        self, *, older_than: float = 86400, states: Sequence[str] = ("done",), batch: int = 1000
+    ) -> int: ...
+
+    def get(self, job_id: int) -> JobSnapshot | None: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,413 @@
+"""The queue itself, backend-neutral: every rule of the contract lives here once.
+
+A backend subclasses `SQLQueue` and supplies only what truly differs between databases:
+how the engine is set up, which INSERT construct knows ON CONFLICT, and whether the
+database server's clock is the default (R20).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Any, ClassVar, Literal
+
+from sqlalchemy import URL, Connection, Double, Engine, bindparam, select
+from sqlalchemy.sql.elements import ColumnElement
+
+from queuecore import statements, validate
+from queuecore.backoff import Backoff
+from queuecore.job import EnqueueResult, Job, JobSnapshot, to_datetime
+from queuecore.migrate import ensure_schema
+from queuecore.protocol import Effect
+from queuecore.schema import DEAD, DONE, jobs
+
+ERROR_TEXT_LIMIT = 2000
+PURGEABLE = {"done": DONE, "dead": DEAD}
+
+Clock = Callable[[], float]
+
+
+class SQLQueue:
+    """A durable job queue on one SQLAlchemy engine. Use `queuecore.connect()` to get one."""
+
+    #: Run migrations at connect when the schema is missing (the embedded default).
+    migrates_on_connect: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        bind: str | URL | Engine,
+        *,
+        lease_seconds: float = 30.0,
+        max_attempts: int = 5,
+        backoff_base: float = 1.0,
+        backoff_cap: float = 60.0,
+        clock: Clock | None = None,
+        rng: Callable[[], float] | None = None,
+        max_payload_bytes: int = 1 << 20,
+        **engine_options: Any,
+    ) -> None:
+        self.lease_seconds = validate.positive_seconds("lease_seconds", lease_seconds)
+        self.max_attempts = validate.at_least("max_attempts", max_attempts, 1)
+        self.max_payload_bytes = validate.at_least("max_payload_bytes", max_payload_bytes, 1)
+        self.backoff = Backoff(
+            base=validate.non_negative_seconds("backoff_base", backoff_base),
+            cap=validate.non_negative_seconds("backoff_cap", backoff_cap),
+            **({"rng": rng} if rng is not None else {}),
+        )
+        self.engine = self.create_engine(bind, **engine_options)
+        self._read_engine = self.engine.execution_options(queuecore_read_only=True)
+        ensure_schema(self.engine, migrate=self.migrates_on_connect)
+
+        server_now = self._server_now() if clock is None else None
+        self._clock: Clock | None = None if server_now is not None else (clock or time.time)
+        now = server_now if server_now is not None else bindparam("now", type_=Double)
+        self._build_statements(now)
+
+    # --- what a backend supplies -------------------------------------------------
+
+    @classmethod
+    def create_engine(cls, bind: str | URL | Engine, **options: Any) -> Engine:
+        """An engine set up for this database (pragmas, transaction start, pool)."""
+        raise NotImplementedError
+
+    def _server_now(self) -> ColumnElement[float] | None:
+        """The database server's clock as SQL, or None where the local clock is the default."""
+        return None
+
+    @staticmethod
+    def _insert(table: Any) -> Any:
+        """The dialect's INSERT construct (the one with `on_conflict_do_nothing`)."""
+        raise NotImplementedError
+
+    # --- set-up --------------------------------------------------------------------
+
+    def _build_statements(self, now: ColumnElement[float]) -> None:
+        s = statements
+        self._now = now
+        self._stmt_retire = s.retire(now)
+        self._stmt_claim_all = s.claim(now, by_queue=False)
+        self._stmt_claim_queues = s.claim(now, by_queue=True)
+        self._stmt_complete = s.complete(now)
+        self._stmt_fail_retry = s.fail_retry(now)
+        self._stmt_fail_dead = s.fail_dead(now)
+        self._stmt_heartbeat = s.heartbeat(now)
+        self._stmt_release = s.release(now)
+        self._stmt_requeue_all = s.requeue_dead(now, by_id=False)
+        self._stmt_requeue_ids = s.requeue_dead(now, by_id=True)
+        self._stmt_live_counts = s.live_counts(now)
+        self._stmt_dead_counts = s.dead_counts()
+        self._stmt_get = s.get()
+        self._stmt_purge = {name: s.purge_batch(now, state) for name, state in PURGEABLE.items()}
+        fresh = {"visible_at": now + bindparam("delay", type_=Double), "created_at": now}
+        at = {"visible_at": bindparam("run_at", type_=Double), "created_at": now}
+        self._stmt_enqueue_in = self._enqueue_statement(fresh)
+        self._stmt_enqueue_at = self._enqueue_statement(at)
+        self._stmt_enqueue_many = self._insert(jobs).values(**fresh)
+        self._stmt_dedupe_lookup = select(jobs.c.id).where(
+            jobs.c.dedupe_key == bindparam("dedupe_key")
+        )
+
+    def _enqueue_statement(self, times: Mapping[str, Any]) -> Any:
+        return (
+            self._insert(jobs)
+            .values(**times)
+            .on_conflict_do_nothing(index_elements=[jobs.c.dedupe_key])
+            .returning(jobs.c.id)
+        )
+
+    def _params(self, **params: Any) -> dict[str, Any]:
+        """Every statement's parameters; `now` is read once per statement from the clock."""
+        if self._clock is not None:
+            params["now"] = self._clock()
+        return params
+
+    def _write(self) -> AbstractContextManager[Connection]:
+        return self.engine.begin()
+
+    def _read(self) -> AbstractContextManager[Connection]:
+        return self._read_engine.begin()
+
+    # --- producing -------------------------------------------------------------------
+
+    def _row(
+        self,
+        kind: str,
+        payload: object,
+        queue: str,
+        priority: int,
+        max_attempts: int | None,
+    ) -> dict[str, Any]:
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise ValueError(f"priority must be an integer, got {priority!r}")
+        return {
+            "kind": validate.kind(kind),
+            "payload": validate.payload(payload, max_bytes=self.max_payload_bytes),
+            "queue": validate.queue_name(queue),
+            "priority": priority,
+            "state": "queued",
+            "attempts": 0,
+            "max_attempts": self.max_attempts
+            if max_attempts is None
+            else validate.at_least("max_attempts", max_attempts, 1),
+        }
+
+    def enqueue(
+        self,
+        kind: str,
+        payload: Mapping[str, Any],
+        *,
+        queue: str = "default",
+        delay: float = 0,
+        run_at: datetime | float | None = None,
+        priority: int = 0,
+        max_attempts: int | None = None,
+        dedupe_key: str | None = None,
+        conn: Connection | None = None,
+    ) -> EnqueueResult:
+        row = self._row(kind, payload, queue, priority, max_attempts)
+        if dedupe_key is not None and (not isinstance(dedupe_key, str) or not dedupe_key):
+            raise ValueError(f"dedupe_key must be a non-empty string or None, got {dedupe_key!r}")
+        row["dedupe_key"] = dedupe_key
+        if run_at is not None:
+            if delay:
+                raise ValueError("pass delay or run_at, not both")
+            row["run_at"] = validate.epoch("run_at", run_at)
+            stmt = self._stmt_enqueue_at
+        else:
+            row["delay"] = validate.non_negative_seconds("delay", delay)
+            stmt = self._stmt_enqueue_in
+        if conn is not None:
+            return self._insert_deduplicated(conn, stmt, row)
+        with self._write() as own:
+            return self._insert_deduplicated(own, stmt, row)
+
+    def _insert_deduplicated(
+        self, conn: Connection, stmt: Any, row: dict[str, Any]
+    ) -> EnqueueResult:
+        # The existing row may be purged between the two statements: then insert again.
+        while True:
+            new_id = conn.execute(stmt, self._params(**row)).scalar()
+            if new_id is not None:
+                return EnqueueResult(id=new_id, created=True)
+            existing = conn.execute(
+                self._stmt_dedupe_lookup, {"dedupe_key": row["dedupe_key"]}
+            ).scalar()
+            if existing is not None:
+                return EnqueueResult(id=existing, created=False)
+
+    def enqueue_many(
+        self,
+        kind: str,
+        payloads: Iterable[Mapping[str, Any]],
+        *,
+        queue: str = "default",
+        priority: int = 0,
+        max_attempts: int | None = None,
+        conn: Connection | None = None,
+    ) -> list[int]:
+        if isinstance(payloads, Mapping):
+            raise TypeError("enqueue_many takes an iterable of payloads, not one payload")
+        rows = [self._row(kind, p, queue, priority, max_attempts) for p in payloads]
+        if not rows:
+            return []
+        now = self._params()
+        params = [{**row, **now, "delay": 0.0, "dedupe_key": None} for row in rows]
+        stmt = self._stmt_enqueue_many.returning(jobs.c.id, sort_by_parameter_order=True)
+        if conn is not None:
+            return list(conn.execute(stmt, params).scalars())
+        with self._write() as own:
+            return list(own.execute(stmt, params).scalars())
+
+    # --- consuming --------------------------------------------------------------------
+
+    def claim(
+        self, worker: str, *, limit: int = 1, queues: Sequence[str] | None = None
+    ) -> list[Job]:
+        if not isinstance(worker, str) or not worker:
+            raise ValueError(f"worker must be a non-empty string, got {worker!r}")
+        limit = validate.at_least("limit", limit, 1)
+        params = self._params(
+            limit=limit,
+            lease_seconds=self.lease_seconds,
+            token=secrets.token_hex(16),
+            claimant=worker,
+        )
+        if queues is None:
+            stmt = self._stmt_claim_all
+        else:
+            names = [queues] if isinstance(queues, str) else list(queues)
+            if not names:
+                raise ValueError("queues must name at least one queue, or be None for all")
+            params["queues"] = [validate.queue_name(n) for n in names]
+            stmt = self._stmt_claim_queues
+        with self._write() as conn:
+            conn.execute(self._stmt_retire, params)
+            # Every RETURNING row is fetched before the commit: an unfinished
+            # UPDATE ... RETURNING on SQLite still holds the write lock.
+            rows = conn.execute(stmt, params).all()
+        rows.sort(key=lambda r: (r.priority, r.ready_at, r.id))
+        return [
+            Job(
+                id=r.id,
+                kind=r.kind,
+                payload=r.payload,
+                queue=r.queue,
+                priority=r.priority,
+                attempts=r.attempts,
+                max_attempts=r.max_attempts,
+                lease_token=params["token"],
+                lease_expires_at=to_datetime(r.visible_at),
+            )
+            for r in rows
+        ]
+
+    def _fence(self, job: Job, **params: Any) -> dict[str, Any]:
+        return self._params(job_id=job.id, token=job.lease_token, **params)
+
+    def complete(self, job: Job, *, effect: Effect | None = None) -> bool:
+        with self._write() as conn:
+            if conn.execute(self._stmt_complete, self._fence(job)).rowcount != 1:
+                return False
+            if effect is not None:
+                effect(conn)
+        return True
+
+    def fail(
+        self,
+        job: Job,
+        error: str,
+        *,
+        retry_in: float | None = None,
+        permanent: bool = False,
+    ) -> Literal["queued", "dead"] | None:
+        text = str(error)[:ERROR_TEXT_LIMIT]
+        if permanent or job.attempts >= job.max_attempts:
+            stmt, params, outcome = self._stmt_fail_dead, self._fence(job, error=text), "dead"
+        else:
+            delay = (
+                self.backoff.delay(job.attempts)
+                if retry_in is None
+                else validate.non_negative_seconds("retry_in", retry_in)
+            )
+            stmt, outcome = self._stmt_fail_retry, "queued"
+            params = self._fence(job, error=text, delay=delay)
+        with self._write() as conn:
+            changed = conn.execute(stmt, params).rowcount
+        return outcome if changed == 1 else None
+
+    def heartbeat(self, job: Job) -> bool:
+        with self._write() as conn:
+            visible_at = conn.execute(
+                self._stmt_heartbeat, self._fence(job, lease_seconds=self.lease_seconds)
+            ).scalar()
+        if visible_at is None:
+            return False
+        job.lease_expires_at = to_datetime(visible_at)
+        return True
+
+    def release(self, job: Job) -> bool:
+        with self._write() as conn:
+            return conn.execute(self._stmt_release, self._fence(job)).rowcount == 1
+
+    # --- operating --------------------------------------------------------------------
+
+    def requeue_dead(self, ids: Iterable[int] | None = None) -> list[int]:
+        if ids is None:
+            stmt, params = self._stmt_requeue_all, self._params()
+        else:
+            wanted = [_job_id(i) for i in ids]
+            if not wanted:
+                return []
+            stmt, params = self._stmt_requeue_ids, self._params(ids=wanted)
+        with self._write() as conn:
+            return sorted(conn.execute(stmt, params).scalars())
+
+    def stats(self, queue: str | None = None) -> dict[str, Any]:
+        with self._read() as conn:
+            live = conn.execute(self._stmt_live_counts, self._params()).all()
+            dead = conn.execute(self._stmt_dead_counts).all()
+        per_queue: dict[str, dict[str, Any]] = {}
+        for name, state, count, ready_now, oldest in live:
+            entry = per_queue.setdefault(name, _empty_stats())
+            entry[state] += count
+            entry["ready_now"] += ready_now
+            if oldest is not None:
+                entry["oldest_ready_age_s"] = max(entry["oldest_ready_age_s"], float(oldest))
+        for name, count in dead:
+            per_queue.setdefault(name, _empty_stats())["dead"] = count
+        if queue is not None:
+            return per_queue.get(queue, _empty_stats())
+        overall = _empty_stats()
+        for entry in per_queue.values():
+            for key in ("queued", "running", "ready_now", "dead"):
+                overall[key] += entry[key]
+            overall["oldest_ready_age_s"] = max(
+                overall["oldest_ready_age_s"], entry["oldest_ready_age_s"]
+            )
+        overall["queues"] = per_queue
+        return overall
+
+    def purge(
+        self, *, older_than: float = 86400, states: Sequence[str] = ("done",), batch: int = 1000
+    ) -> int:
+        older_than = validate.non_negative_seconds("older_than", older_than)
+        batch = validate.at_least("batch", batch, 1)
+        names = [states] if isinstance(states, str) else list(states)
+        unknown = [s for s in names if s not in PURGEABLE]
+        if unknown or not names:
+            raise ValueError(f"states must be taken from {sorted(PURGEABLE)}, got {states!r}")
+        total = 0
+        for name in dict.fromkeys(names):
+            while True:
+                with self._write() as conn:
+                    deleted = conn.execute(
+                        self._stmt_purge[name], self._params(older_than=older_than, batch=batch)
+                    ).rowcount
+                total += deleted
+                if deleted < batch:
+                    break
+        return total
+
+    def get(self, job_id: int) -> JobSnapshot | None:
+        with self._read() as conn:
+            row = conn.execute(self._stmt_get, {"job_id": _job_id(job_id)}).first()
+        if row is None:
+            return None
+        return JobSnapshot(
+            id=row.id,
+            kind=row.kind,
+            queue=row.queue,
+            payload=row.payload,
+            priority=row.priority,
+            state=row.state,
+            attempts=row.attempts,
+            max_attempts=row.max_attempts,
+            last_error=row.last_error,
+            worker=row.worker,
+            dedupe_key=row.dedupe_key,
+            created_at=to_datetime(row.created_at),
+            visible_at=to_datetime(row.visible_at),
+            finished_at=to_datetime(row.finished_at),
+        )
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> SQLQueue:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _job_id(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"a job id is an integer, got {value!r}")
+    return value
+
+
+def _empty_stats() -> dict[str, Any]:
+    return {"queued": 0, "running": 0, "ready_now": 0, "oldest_ready_age_s": 0.0, "dead": 0}

@@ -1,0 +1,182 @@
+"""Every statement the queue runs, written once for both dialects.
+
+Each builder takes `now`, the SQL expression for the current time: a bound parameter
+when the clock is the client's (or a fake one), the server's clock on PostgreSQL (R20).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Delete,
+    Double,
+    Select,
+    Update,
+    bindparam,
+    delete,
+    func,
+    select,
+    update,
+)
+from sqlalchemy.sql.elements import ColumnElement
+
+from queuecore.schema import DEAD, DONE, IS_RUNNING, LIVE, QUEUED, RUNNING, jobs
+
+LEASE_EXPIRED_ON_LAST_ATTEMPT = "lease expired on the last attempt"
+
+Now = ColumnElement[float]
+
+JOB_COLUMNS = (
+    jobs.c.id,
+    jobs.c.kind,
+    jobs.c.payload,
+    jobs.c.queue,
+    jobs.c.priority,
+    jobs.c.attempts,
+    jobs.c.max_attempts,
+    jobs.c.visible_at,
+)
+
+
+def ready(now: Now) -> ColumnElement[bool]:
+    """May this job be claimed now? Out-of-attempts leases are excluded: R08 retires them."""
+    return LIVE & (jobs.c.visible_at <= now) & (jobs.c.attempts < jobs.c.max_attempts)
+
+
+def retire(now: Now) -> Update:
+    """R08: a lease that ran out on the last attempt makes its job dead, never claimable."""
+    expired = (
+        select(jobs.c.id)
+        .where(IS_RUNNING, jobs.c.visible_at <= now, jobs.c.attempts >= jobs.c.max_attempts)
+        .with_for_update(skip_locked=True)
+    )
+    return (
+        update(jobs)
+        .where(jobs.c.id.in_(expired.scalar_subquery()))
+        .values(
+            state=DEAD,
+            finished_at=now,
+            lease_token=None,
+            last_error=LEASE_EXPIRED_ON_LAST_ATTEMPT,
+        )
+    )
+
+
+def claim(now: Now, *, by_queue: bool) -> Update:
+    """R05/R06 in one statement; `FOR UPDATE SKIP LOCKED` is dropped by SQLite, whose
+    write lock (BEGIN IMMEDIATE) already makes the claim atomic."""
+    picked = select(jobs.c.id, jobs.c.visible_at).where(ready(now))
+    if by_queue:
+        picked = picked.where(jobs.c.queue.in_(bindparam("queues", expanding=True)))
+    picked = (
+        picked.order_by(jobs.c.priority, jobs.c.visible_at, jobs.c.id)
+        .limit(bindparam("limit"))
+        .with_for_update(skip_locked=True)
+        .subquery("picked")
+    )
+    return (
+        update(jobs)
+        .where(jobs.c.id == picked.c.id)
+        .values(
+            state=RUNNING,
+            attempts=jobs.c.attempts + 1,
+            visible_at=now + bindparam("lease_seconds", type_=Double),
+            lease_token=bindparam("token"),
+            worker=bindparam("claimant"),
+        )
+        .returning(*JOB_COLUMNS, picked.c.visible_at.label("ready_at"))
+    )
+
+
+def _fenced() -> ColumnElement[bool]:
+    """The fence (R09): this id, this claim's token, still running."""
+    return (
+        (jobs.c.id == bindparam("job_id")) & (jobs.c.lease_token == bindparam("token")) & IS_RUNNING
+    )
+
+
+def complete(now: Now) -> Update:
+    return update(jobs).where(_fenced()).values(state=DONE, finished_at=now, lease_token=None)
+
+
+def fail_retry(now: Now) -> Update:
+    return (
+        update(jobs)
+        .where(_fenced())
+        .values(
+            state=QUEUED,
+            visible_at=now + bindparam("delay", type_=Double),
+            last_error=bindparam("error"),
+            lease_token=None,
+        )
+    )
+
+
+def fail_dead(now: Now) -> Update:
+    return (
+        update(jobs)
+        .where(_fenced())
+        .values(state=DEAD, finished_at=now, last_error=bindparam("error"), lease_token=None)
+    )
+
+
+def heartbeat(now: Now) -> Update:
+    return (
+        update(jobs)
+        .where(_fenced())
+        .values(visible_at=now + bindparam("lease_seconds", type_=Double))
+        .returning(jobs.c.visible_at)
+    )
+
+
+def release(now: Now) -> Update:
+    """R14: the claim's attempt is given back, so a graceful shutdown costs nothing."""
+    return (
+        update(jobs)
+        .where(_fenced())
+        .values(state=QUEUED, visible_at=now, attempts=jobs.c.attempts - 1, lease_token=None)
+    )
+
+
+def requeue_dead(now: Now, *, by_id: bool) -> Update:
+    stmt = update(jobs).where(jobs.c.state == DEAD)
+    if by_id:
+        stmt = stmt.where(jobs.c.id.in_(bindparam("ids", expanding=True)))
+    return stmt.values(
+        state=QUEUED, attempts=0, visible_at=now, finished_at=None, lease_token=None
+    ).returning(jobs.c.id)
+
+
+def live_counts(now: Now) -> Select:
+    """Per queue and state: counts over live rows only (R16), served by the partial index."""
+    is_ready = ready(now)
+    return (
+        select(
+            jobs.c.queue,
+            jobs.c.state,
+            func.count(),
+            func.count().filter(is_ready),
+            now - func.min(jobs.c.visible_at).filter(is_ready),
+        )
+        .where(LIVE)
+        .group_by(jobs.c.queue, jobs.c.state)
+    )
+
+
+def dead_counts() -> Select:
+    return select(jobs.c.queue, func.count()).where(jobs.c.state == DEAD).group_by(jobs.c.queue)
+
+
+def purge_batch(now: Now, state: ColumnElement[str]) -> Delete:
+    """One short transaction's worth of finished rows (R17)."""
+    oldest = (
+        select(jobs.c.id)
+        .where(
+            jobs.c.state == state, jobs.c.finished_at < now - bindparam("older_than", type_=Double)
+        )
+        .limit(bindparam("batch"))
+    )
+    return delete(jobs).where(jobs.c.id.in_(oldest.scalar_subquery()))
+
+
+def get() -> Select:
+    return select(jobs).where(jobs.c.id == bindparam("job_id"))
