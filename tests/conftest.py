@@ -1,9 +1,9 @@
 """Test-wide fixtures: where the PostgreSQL half of the suite gets its server.
 
 `QUEUECORE_TEST_POSTGRES_DSN` names a server (any database on it; the suite makes its
-own). Without it, `postgres_server` finds one it can start. When none can be had the
-PostgreSQL tests are skipped with a loud warning, unless `QUEUECORE_REQUIRE_POSTGRES=1`
-(CI sets it), which turns that into an error.
+own). Without it, `postgres_server` finds one it can start (tests/pg_server.py). When
+none can be had the PostgreSQL tests are skipped and the run ends with a banner saying
+so, unless `QUEUECORE_REQUIRE_POSTGRES=1` (CI sets it), which turns that into an error.
 """
 
 from __future__ import annotations
@@ -11,25 +11,59 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
+from typing import NoReturn
 
 import pytest
 import sqlalchemy as sa
 
-from tests.pg_server import find_or_start_postgres
+from tests.pg_server import find_or_start_postgres, find_server_binaries
 
 REQUIRE_POSTGRES = os.environ.get("QUEUECORE_REQUIRE_POSTGRES") == "1"
 
+_missing = pytest.StashKey[list[str]]()
+
+
+def _no_postgres(config: pytest.Config, message: str) -> NoReturn:
+    """Fails under QUEUECORE_REQUIRE_POSTGRES=1, else skips and remembers it for the banner."""
+    if REQUIRE_POSTGRES:
+        pytest.fail(message, pytrace=False)
+    config.stash.setdefault(_missing, []).append(message)
+    pytest.skip(message)
+
 
 @pytest.fixture(scope="session")
-def postgres_server() -> Iterator[str]:
+def postgres_server(request: pytest.FixtureRequest) -> Iterator[str]:
     """A DSN of a reachable PostgreSQL server (its maintenance database)."""
     with find_or_start_postgres() as (dsn, problem):
         if dsn is None:
-            message = f"NO POSTGRESQL: the PostgreSQL half of the suite cannot run: {problem}"
-            if REQUIRE_POSTGRES:
-                pytest.fail(message, pytrace=False)
-            pytest.skip(message)
+            _no_postgres(
+                request.config,
+                f"NO POSTGRESQL: the PostgreSQL half of the suite cannot run: {problem}",
+            )
         yield dsn
+
+
+@pytest.fixture(scope="session")
+def server_binaries(request: pytest.FixtureRequest) -> Path:
+    """The folder of initdb and pg_ctl, for tests that run a cluster of their own."""
+    found = find_server_binaries()
+    if found is None:
+        _no_postgres(
+            request.config,
+            "NO POSTGRESQL SERVER BINARIES: tests that start, restart or crash a cluster "
+            "of their own cannot run (install the PostgreSQL server package)",
+        )
+    return found
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """A skipped half of the suite must not pass unnoticed among the dots."""
+    missing = terminalreporter.config.stash.get(_missing, [])
+    if missing:
+        terminalreporter.section("PostgreSQL did not run", sep="!", red=True, bold=True)
+    for message in missing:
+        terminalreporter.write_line(message, red=True, bold=True)
 
 
 class ScratchDatabases:
