@@ -71,6 +71,30 @@ def dsn(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
+def db(dsn: str) -> Iterator[sa.Engine]:
+    """A plain engine on the test's database, for reading rows behind the queue's back."""
+    engine = sa.create_engine(dsn)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def app_table(db: sa.Engine) -> Iterator[sa.Table]:
+    """A table of the application's own, beside the queue's, dropped after the test
+    (the PostgreSQL database is shared by the session)."""
+    table = sa.Table(
+        "app_ledger",
+        sa.MetaData(),
+        sa.Column("id", sa.Integer, primary_key=True),
+        sa.Column("job_id", sa.BigInteger),
+        sa.Column("note", sa.Text, nullable=False),
+    )
+    table.create(db)
+    yield table
+    table.drop(db)
+
+
+@pytest.fixture
 def empty_dsn(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
     """A database that was never migrated."""
     if backend == "sqlite":
