@@ -88,8 +88,9 @@ class SQLQueue:
         s = statements
         self._now = now
         self._stmt_retire = s.retire(now)
-        self._stmt_claim_all = s.claim(now, by_queue=False)
-        self._stmt_claim_queues = s.claim(now, by_queue=True)
+        self._stmt_pick_all = s.pick(now, by_queue=False)
+        self._stmt_pick_queues = s.pick(now, by_queue=True)
+        self._stmt_take = s.take(now)
         self._stmt_complete = s.complete(now)
         self._stmt_fail_retry = s.fail_retry(now)
         self._stmt_fail_dead = s.fail_dead(now)
@@ -236,19 +237,23 @@ class SQLQueue:
             claimant=worker,
         )
         if queues is None:
-            stmt = self._stmt_claim_all
+            pick = self._stmt_pick_all
         else:
             names = [queues] if isinstance(queues, str) else list(queues)
             if not names:
                 raise ValueError("queues must name at least one queue, or be None for all")
             params["queues"] = [validate.queue_name(n) for n in names]
-            stmt = self._stmt_claim_queues
+            pick = self._stmt_pick_queues
         with self._write() as conn:
             conn.execute(self._stmt_retire, params)
+            picked = conn.execute(pick, params).scalars().all()
+            if not picked:
+                return []
             # Every RETURNING row is fetched before the commit: an unfinished
             # UPDATE ... RETURNING on SQLite still holds the write lock.
-            rows = conn.execute(stmt, params).all()
-        rows.sort(key=lambda r: (r.priority, r.ready_at, r.id))
+            rows = conn.execute(self._stmt_take, {**params, "ids": picked}).all()
+        position = {job_id: i for i, job_id in enumerate(picked)}
+        rows.sort(key=lambda r: position[r.id])
         return [
             Job(
                 id=r.id,

@@ -61,21 +61,27 @@ def retire(now: Now) -> Update:
     )
 
 
-def claim(now: Now, *, by_queue: bool) -> Update:
-    """R05/R06 in one statement; `FOR UPDATE SKIP LOCKED` is dropped by SQLite, whose
-    write lock (BEGIN IMMEDIATE) already makes the claim atomic."""
-    picked = select(jobs.c.id, jobs.c.visible_at).where(ready(now))
+def pick(now: Now, *, by_queue: bool) -> Select:
+    """R05: the ready jobs a claim takes, in the order it hands them out. `FOR UPDATE SKIP
+    LOCKED` keeps them from other claims until the transaction ends; SQLite drops it, and
+    its write lock (BEGIN IMMEDIATE) makes the claim atomic instead."""
+    picked = select(jobs.c.id).where(ready(now))
     if by_queue:
         picked = picked.where(jobs.c.queue.in_(bindparam("queues", expanding=True)))
-    picked = (
+    return (
         picked.order_by(jobs.c.priority, jobs.c.visible_at, jobs.c.id)
         .limit(bindparam("limit"))
         .with_for_update(skip_locked=True)
-        .subquery("picked")
     )
+
+
+def take(now: Now) -> Update:
+    """R06 on the rows `pick` chose. Separate from the pick because the order is known only
+    before this write: SQLite's RETURNING sees neither the rows' old `visible_at` nor any
+    other table of an UPDATE ... FROM, so one statement would lose it there."""
     return (
         update(jobs)
-        .where(jobs.c.id == picked.c.id)
+        .where(jobs.c.id.in_(bindparam("ids", expanding=True)))
         .values(
             state=RUNNING,
             attempts=jobs.c.attempts + 1,
@@ -83,7 +89,7 @@ def claim(now: Now, *, by_queue: bool) -> Update:
             lease_token=bindparam("token"),
             worker=bindparam("claimant"),
         )
-        .returning(*JOB_COLUMNS, picked.c.visible_at.label("ready_at"))
+        .returning(*JOB_COLUMNS)
     )
 
 
