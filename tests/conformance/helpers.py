@@ -42,14 +42,20 @@ def epoch(moment: datetime | None) -> float | None:
 
 @contextmanager
 def capture_sql(engine: Engine) -> Iterator[list[tuple[str, Any]]]:
-    """Every (statement, parameters) the engine sends while the block runs."""
+    """Every (statement, parameters) the engine sends while the block runs, with a
+    ("COMMIT", None) where a transaction ends, so a test can see transaction bounds."""
     sent: list[tuple[str, Any]] = []
 
     def record(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
         sent.append((statement, parameters))
 
+    def commit(_conn: Any) -> None:
+        sent.append(("COMMIT", None))
+
     event.listen(engine, "before_cursor_execute", record)
+    event.listen(engine, "commit", commit)
     try:
         yield sent
     finally:
         event.remove(engine, "before_cursor_execute", record)
+        event.remove(engine, "commit", commit)
