@@ -1,0 +1,141 @@
+"""R19 (and R16's "never scans finished rows"): the hot statements read partial indexes
+over live rows, so their cost does not grow with the finished rows. Checked on the
+query plans of the real statements from `queuecore.statements`, never on timings."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy import Double, bindparam
+
+from queuecore import statements
+from queuecore.schema import jobs
+
+FINISHED_ROWS = 100_000
+READY = {"ix_queuecore_jobs_ready", "ix_queuecore_jobs_ready_by_queue"}
+LEASES = "ix_queuecore_jobs_leases"
+DEAD = "ix_queuecore_jobs_dead"
+PRIMARY_KEY = "primary key"
+
+
+@dataclass(frozen=True)
+class Plan:
+    indexes: frozenset[str]  # every index the plan reads the jobs table through
+    full_scan: bool  # the jobs table is read row by row
+    sorts: bool  # results are sorted after reading, instead of read in index order
+
+
+def explain(conn: sa.Connection, stmt: sa.Executable, params: dict) -> Plan:
+    """The plan of the statement as the queue sends it: compiled for this dialect, with
+    bound parameters (the state names are the only literals, as in the real statements)."""
+    sent = stmt.compile(dialect=conn.dialect).construct_expanded_state(params)
+    if conn.dialect.name == "sqlite":
+        rows = conn.exec_driver_sql(
+            f"EXPLAIN QUERY PLAN {sent.statement}", tuple(sent.positional_parameters)
+        ).all()
+        details = [row.detail for row in rows]
+        indexes = {
+            "primary key" if found == "INTEGER PRIMARY KEY" else found.split()[-1]
+            for detail in details
+            for found in re.findall(r"USING (INTEGER PRIMARY KEY|(?:COVERING )?INDEX \w+)", detail)
+        }
+        return Plan(
+            indexes=frozenset(indexes),
+            full_scan=any(re.fullmatch(rf"SCAN {jobs.name}", d) for d in details),
+            sorts=any("TEMP B-TREE FOR ORDER BY" in d for d in details),
+        )
+    (document,) = conn.exec_driver_sql(
+        f"EXPLAIN (FORMAT JSON) {sent.statement}", sent.parameters
+    ).scalar()
+    nodes = list(walk(document["Plan"]))
+    indexes = {node["Index Name"] for node in nodes if "Index Name" in node}
+    return Plan(
+        indexes=frozenset(PRIMARY_KEY if i == f"{jobs.name}_pkey" else i for i in indexes),
+        full_scan=any(
+            n["Node Type"] == "Seq Scan" and n.get("Relation Name") == jobs.name for n in nodes
+        ),
+        sorts=any(n["Node Type"] in ("Sort", "Incremental Sort") for n in nodes),
+    )
+
+
+def walk(node: dict):
+    yield node
+    for child in node.get("Plans", ()):
+        yield from walk(child)
+
+
+def nows(queue):
+    """The time expressions the queue's statements are built with: a bound parameter for
+    an injected (or local) clock, and the server's clock where that is the default."""
+    found = [bindparam("now", type_=Double)]
+    server = queue._server_now()  # the backend's hook for its default clock
+    if server is not None:
+        found.append(server)
+    return found
+
+
+@pytest.fixture
+def crowded(queue, db, clock):
+    """100,000 finished rows (every 50th dead) in the same queues as a few live ones."""
+    n = sa.select(sa.literal(1).label("i")).cte("n", recursive=True)
+    n = n.union_all(sa.select(n.c.i + 1).where(n.c.i < FINISHED_ROWS))
+    finished_at = clock.now - 1_000_000 + n.c.i
+    rows = sa.select(
+        sa.literal("k"),
+        sa.literal("q") + sa.cast(n.c.i % 3, sa.Text),
+        sa.literal({}, jobs.c.payload.type),
+        sa.literal(0),
+        sa.case((n.c.i % 50 == 0, "dead"), else_="done"),
+        sa.literal(1),
+        sa.literal(5),
+        finished_at,
+        finished_at,
+        finished_at,
+    )
+    columns = ["kind", "queue", "payload", "priority", "state", "attempts", "max_attempts"]
+    columns += ["visible_at", "created_at", "finished_at"]
+    with db.begin() as conn:
+        conn.execute(jobs.insert().from_select(columns, rows))
+    for name in ("q0", "q1", "q2"):
+        queue.enqueue_many("k", [{}] * 10, queue=name)
+    queue.claim("w", limit=5)
+    with db.begin() as conn:
+        conn.exec_driver_sql(f"ANALYZE {jobs.name}")
+    return queue
+
+
+def test_r19_claim_and_retire_use_the_partial_indexes(crowded, db, clock):
+    common = {"now": clock.now, "limit": 10, "lease_seconds": 30.0}
+    for now in nows(crowded):
+        with db.connect() as conn:
+            picks = [
+                explain(conn, statements.pick(now, by_queue=False), common),
+                explain(conn, statements.pick(now, by_queue=True), {**common, "queues": ["q1"]}),
+                explain(
+                    conn, statements.pick(now, by_queue=True), {**common, "queues": ["q0", "q2"]}
+                ),
+            ]
+            take = explain(
+                conn, statements.take(now), {**common, "ids": [1, 2], "token": "t", "claimant": "w"}
+            )
+            retire = explain(conn, statements.retire(now), common)
+
+        for pick in picks:
+            assert pick.indexes and pick.indexes <= READY, pick
+            assert not pick.full_scan and not pick.sorts, pick
+        assert take.indexes == {PRIMARY_KEY} and not take.full_scan, take
+        assert LEASES in retire.indexes and not retire.full_scan, retire
+        assert retire.indexes <= {LEASES, PRIMARY_KEY}, retire
+
+
+def test_r16_stats_never_scans_finished_rows(crowded, db, clock):
+    for now in nows(crowded):
+        with db.connect() as conn:
+            live = explain(conn, statements.live_counts(now), {"now": clock.now})
+            dead = explain(conn, statements.dead_counts(), {})
+
+        assert live.indexes and live.indexes <= READY and not live.full_scan, live
+        assert dead.indexes == {DEAD} and not dead.full_scan, dead
