@@ -9,19 +9,11 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine, text
 
-from queuecore.migrate import VERSION_TABLE
+from queuecore.migrate import VERSION_TABLE, include_object
 from queuecore.schema import metadata
 
 # Any fixed number: migrations of one database take turns on this advisory lock.
 PG_MIGRATION_LOCK = 0x71C0_5E11
-
-
-def include_object(obj, name, type_, reflected, compare_to):
-    """Only queuecore's tables: the application's own tables may share the database."""
-    if type_ == "table":
-        return name in metadata.tables
-    table = getattr(obj, "table", None)
-    return table is None or table.name in metadata.tables
 
 
 def run_migrations_online() -> None:

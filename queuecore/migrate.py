@@ -7,6 +7,7 @@ application's own alembic history in the same database.
 from __future__ import annotations
 
 from importlib import resources
+from typing import Any
 
 from alembic import command
 from alembic.config import Config
@@ -16,8 +17,21 @@ from sqlalchemy import URL, Engine
 from sqlalchemy.exc import OperationalError
 
 from queuecore.errors import DatabaseUnreachableError, NotMigratedError, SchemaTooNewError
+from queuecore.schema import metadata
 
 VERSION_TABLE = "queuecore_alembic_version"
+
+
+def include_object(
+    obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
+) -> bool:
+    """Only queuecore's tables: the application's own tables may share the database.
+    Here rather than in the migrations' env.py so that a drift check can use the very same
+    filter as the migrations do."""
+    if type_ == "table":
+        return name in metadata.tables
+    table = getattr(obj, "table", None)
+    return table is None or table.name in metadata.tables
 
 
 def _config(engine: Engine | None = None) -> Config:

@@ -1,0 +1,104 @@
+"""The migrations are the only source of the schema: they must build exactly the tables
+and indexes of `queuecore.schema`, keep their own version table, run twice harmlessly,
+and leave an application's own tables and alembic history in the same database alone."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+
+import queuecore
+from queuecore.migrate import VERSION_TABLE, head_revision, include_object
+from queuecore.schema import jobs, metadata
+from tests.conformance.helpers import capture_sql
+
+DDL = ("CREATE", "ALTER", "DROP")
+
+
+@pytest.fixture
+def engine(empty_dsn: str) -> Iterator[sa.Engine]:
+    engine = sa.create_engine(empty_dsn)
+    yield engine
+    engine.dispose()
+
+
+def drift(engine, **opts):
+    """What alembic's autogenerate would change to make the database match the models."""
+    with engine.connect() as conn:
+        context = MigrationContext.configure(conn, opts={"compare_type": True, **opts})
+        return compare_metadata(context, metadata)
+
+
+def schema(engine):
+    """Every table with its columns, indexes and constraints, as the database reports them."""
+    inspector = sa.inspect(engine)
+    return {
+        table: (
+            [(c["name"], str(c["type"]), c["nullable"]) for c in inspector.get_columns(table)],
+            sorted(index_text(i) for i in inspector.get_indexes(table)),
+            inspector.get_unique_constraints(table),
+            inspector.get_check_constraints(table),
+        )
+        for table in inspector.get_table_names()
+    }
+
+
+def index_text(index):
+    """An index as comparable text: SQLite reports a partial index's WHERE as a clause object."""
+    options = {key: str(value) for key, value in index.get("dialect_options", {}).items()}
+    return repr({**index, "dialect_options": options})
+
+
+def versions(engine, table):
+    with engine.connect() as conn:
+        return conn.execute(sa.text(f"SELECT version_num FROM {table}")).scalars().all()
+
+
+def test_migrate_builds_the_models_without_drift(engine):
+    assert queuecore.migrate(engine) == head_revision()
+
+    assert drift(engine, include_object=include_object) == []
+    assert sorted(sa.inspect(engine).get_table_names()) == [VERSION_TABLE, jobs.name]
+    assert versions(engine, VERSION_TABLE) == [head_revision()]
+
+    with engine.begin() as conn:  # the comparison does see a difference when there is one
+        conn.exec_driver_sql("DROP INDEX ix_queuecore_jobs_leases")
+    assert [(op, index.name) for op, index in drift(engine, include_object=include_object)] == [
+        ("add_index", "ix_queuecore_jobs_leases")
+    ]
+
+
+def test_migrate_twice_is_a_no_op(engine):
+    queuecore.migrate(engine)
+    before = schema(engine)
+
+    with capture_sql(engine) as sent:
+        assert queuecore.migrate(engine) == head_revision()
+
+    assert [sql for sql, _ in sent if sql.lstrip().upper().startswith(DDL)] == []
+    assert schema(engine) == before
+    assert versions(engine, VERSION_TABLE) == [head_revision()]
+
+
+def test_migrate_leaves_the_applications_tables_and_alembic_history_alone(engine, empty_dsn):
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE orders (id INTEGER PRIMARY KEY, total INTEGER)")
+        conn.exec_driver_sql("INSERT INTO orders (id, total) VALUES (1, 250)")
+        conn.exec_driver_sql("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)")
+        conn.exec_driver_sql("INSERT INTO alembic_version (version_num) VALUES ('app_0042')")
+    app_schema = schema(engine)
+
+    queuecore.migrate(empty_dsn)
+
+    after = schema(engine)
+    assert {table: after[table] for table in app_schema} == app_schema
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT id, total FROM orders").all() == [(1, 250)]
+        assert MigrationContext.configure(conn).get_current_revision() == "app_0042"
+    assert versions(engine, VERSION_TABLE) == [head_revision()]
+    assert drift(engine, include_object=include_object) == []
+    assert {op for op, *_ in drift(engine)} == {"remove_table"}  # unfiltered, it would drop them
