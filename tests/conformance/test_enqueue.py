@@ -93,6 +93,7 @@ def test_r03_enqueue_in_a_rolled_back_transaction_leaves_no_job(queue, db, app_t
         tx = conn.begin()
         conn.execute(app_table.insert().values(note="order 1"))
         res = queue.enqueue("ship", {"order": 1}, conn=conn)
+        queue.enqueue_many("ship", [{"order": 1, "part": 2}], conn=conn)
         inside = conn.execute(
             sa.text("SELECT state FROM queuecore_jobs WHERE id = :id"), {"id": res.id}
         ).scalar()
@@ -111,9 +112,10 @@ def test_r03_enqueue_in_a_committed_transaction_creates_the_job(queue, db, app_t
     with db.begin() as conn:
         conn.execute(app_table.insert().values(note="order 2"))
         res = queue.enqueue("ship", {"order": 2}, conn=conn, dedupe_key="ship-2")
+        (part,) = queue.enqueue_many("ship", [{"order": 2, "part": 2}], conn=conn)
 
     assert res.created is True
     assert queue.get(res.id).state == "queued"
-    assert [job.id for job in queue.claim("w")] == [res.id]
+    assert [job.id for job in queue.claim("w", limit=5)] == [res.id, part]
     with db.connect() as conn:
         assert conn.execute(sa.select(app_table.c.note)).scalars().all() == ["order 2"]

@@ -16,11 +16,14 @@ class EffectFailed(Exception):
     """Raised by a test's effect, to be told apart from anything the queue raises."""
 
 
-def replaced(queue, clock, lease_seconds):
+DEFAULT_LEASE = 30  # connect()'s default lease_seconds
+
+
+def replaced(queue, clock):
     """A job whose first claim's lease ran out and was taken by a second claim."""
     queue.enqueue("k", {})
     (stale,) = queue.claim("slow")
-    clock.advance(lease_seconds)
+    clock.advance(DEFAULT_LEASE)
     (current,) = queue.claim("fast")
     return stale, current
 
@@ -45,7 +48,7 @@ def test_r09_complete_marks_the_job_done(queue, clock, db):
 
 
 def test_r09_stale_complete_is_rejected(queue, clock, db):
-    stale, current = replaced(queue, clock, queue.lease_seconds)
+    stale, current = replaced(queue, clock)
 
     assert unchanged(db, queue.complete, stale) is False
     assert queue.complete(current) is True
@@ -58,7 +61,7 @@ def test_r09_stale_complete_is_rejected(queue, clock, db):
 def test_r09_late_complete_nobody_replaced_still_succeeds(queue, clock, db):
     queue.enqueue("k", {})
     (job,) = queue.claim("w")
-    clock.advance(queue.lease_seconds * 3)
+    clock.advance(DEFAULT_LEASE * 3)
 
     assert queue.complete(job) is True
     assert job_row(db, job.id)["state"] == "done"
@@ -83,7 +86,7 @@ def test_r10_effect_runs_in_the_completing_transaction_after_the_fence(queue, db
 
 
 def test_r10_effect_is_never_called_when_the_fence_fails(queue, clock, db, app_table):
-    stale, _current = replaced(queue, clock, queue.lease_seconds)
+    stale, _current = replaced(queue, clock)
     calls = []
 
     def effect(conn):
@@ -148,7 +151,7 @@ def test_r11_fail_out_of_attempts_makes_the_job_dead(queue, clock, db):
 
 
 def test_r11_stale_fail_changes_nothing(queue, clock, db):
-    stale, current = replaced(queue, clock, queue.lease_seconds)
+    stale, current = replaced(queue, clock)
 
     assert unchanged(db, queue.fail, stale, "late") is None
     assert unchanged(db, queue.fail, stale, "late", permanent=True) is None
@@ -197,7 +200,7 @@ def test_r13_heartbeat_extends_the_lease(make_queue, clock, db):
 
 
 def test_r13_heartbeat_of_a_lost_job_returns_false(queue, clock, db):
-    stale, current = replaced(queue, clock, queue.lease_seconds)
+    stale, current = replaced(queue, clock)
 
     assert unchanged(db, queue.heartbeat, stale) is False
     assert queue.complete(current) is True
@@ -218,6 +221,6 @@ def test_r14_release_gives_the_job_back_unrun(queue, clock, db):
 
 
 def test_r14_stale_release_changes_nothing(queue, clock, db):
-    stale, _current = replaced(queue, clock, queue.lease_seconds)
+    stale, _current = replaced(queue, clock)
 
     assert unchanged(db, queue.release, stale) is False
