@@ -41,9 +41,10 @@ def epoch(moment: datetime | None) -> float | None:
 
 
 @contextmanager
-def capture_sql(engine: Engine) -> Iterator[list[tuple[str, Any]]]:
-    """Every (statement, parameters) the engine sends while the block runs, with a
-    ("COMMIT", None) where a transaction ends, so a test can see transaction bounds."""
+def capture_sql() -> Iterator[list[tuple[str, Any]]]:
+    """Every (statement, parameters) any engine sends while the block runs, with a
+    ("COMMIT", None) where a transaction ends, so a test can see transaction bounds.
+    It listens on the Engine class, so it needs nothing from the queue but its API."""
     sent: list[tuple[str, Any]] = []
 
     def record(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
@@ -52,10 +53,10 @@ def capture_sql(engine: Engine) -> Iterator[list[tuple[str, Any]]]:
     def commit(_conn: Any) -> None:
         sent.append(("COMMIT", None))
 
-    event.listen(engine, "before_cursor_execute", record)
-    event.listen(engine, "commit", commit)
+    event.listen(Engine, "before_cursor_execute", record)
+    event.listen(Engine, "commit", commit)
     try:
         yield sent
     finally:
-        event.remove(engine, "before_cursor_execute", record)
-        event.remove(engine, "commit", commit)
+        event.remove(Engine, "before_cursor_execute", record)
+        event.remove(Engine, "commit", commit)

@@ -76,7 +76,7 @@ def test_migrate_twice_is_a_no_op(engine):
     queuecore.migrate(engine)
     before = schema(engine)
 
-    with capture_sql(engine) as sent:
+    with capture_sql() as sent:
         assert queuecore.migrate(engine) == head_revision()
 
     assert [sql for sql, _ in sent if sql.lstrip().upper().startswith(DDL)] == []

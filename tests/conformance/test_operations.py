@@ -123,7 +123,7 @@ def test_r17_purge_works_in_bounded_batches(queue, clock, db):
     for job in queue.claim("w", limit=5):
         queue.complete(job)
     clock.advance(10)
-    with capture_sql(queue.engine) as sent:
+    with capture_sql() as sent:
         assert queue.purge(older_than=5, batch=2) == 5
 
     # 2 + 2 + 1 rows, one short transaction each

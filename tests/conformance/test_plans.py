@@ -107,7 +107,7 @@ def crowded(queue, db, clock):
     return queue
 
 
-def test_r19_claim_and_retire_use_the_partial_indexes(crowded, db, clock):
+def test_r19_claim_and_retire_use_the_partial_indexes(crowded, db, clock, backend):
     common = {"now": clock.now, "limit": 10, "lease_seconds": 30.0}
     for now in nows(crowded):
         with db.connect() as conn:
@@ -125,7 +125,10 @@ def test_r19_claim_and_retire_use_the_partial_indexes(crowded, db, clock):
 
         for pick in picks:
             assert pick.indexes and pick.indexes <= READY, pick
-            assert not pick.full_scan and not pick.sorts, pick
+            assert not pick.full_scan, pick
+            # SQLite's plan is fixed by its statistics; PostgreSQL may choose, from sampled
+            # ones, to sort the few live rows of the named queues: bounded all the same.
+            assert backend == "postgresql" or not pick.sorts, pick
         assert take.indexes == {PRIMARY_KEY} and not take.full_scan, take
         assert LEASES in retire.indexes and not retire.full_scan, retire
         assert retire.indexes <= {LEASES, PRIMARY_KEY}, retire

@@ -26,7 +26,7 @@ def real_now(backend, db):
 def test_r20_an_injected_clock_is_the_only_time_read(make_queue, clock, db):
     queue = make_queue(lease_seconds=30)
     start = clock.now
-    with capture_sql(queue.engine) as sent:
+    with capture_sql() as sent:
         job_id = queue.enqueue("k", {}, delay=10).id
         assert queue.claim("w") == []  # real time is years later; the clock says not yet
         clock.advance(10)
@@ -51,7 +51,7 @@ def test_r20_an_injected_clock_is_the_only_time_read(make_queue, clock, db):
 
 def test_r20_default_clock_is_the_server_on_postgresql_and_local_on_sqlite(make_queue, backend, db):
     queue = make_queue(clock=None, lease_seconds=30)
-    with capture_sql(queue.engine) as sent:
+    with capture_sql() as sent:
         before = real_now(backend, db)
         later = queue.enqueue("k", {}, delay=100).id
         ready = queue.enqueue("k", {}).id
