@@ -3,6 +3,8 @@ argument; a database that cannot be used says what to do about it."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import sqlalchemy as sa
 
@@ -13,7 +15,7 @@ from tests.conformance.helpers import all_rows, count_jobs
 NOT_AN_OBJECT = [["a list"], "a string", None, 42, {"a set": {1, 2}}, {"nan": float("nan")}]
 
 
-def tables(dsn):
+def tables(dsn: str) -> list[str]:
     engine = sa.create_engine(dsn)
     try:
         return sorted(sa.inspect(engine).get_table_names())
@@ -86,7 +88,7 @@ def test_r22_bad_connect_option_is_a_value_error_before_any_write(empty_dsn, opt
     assert tables(empty_dsn) == []  # not even migrated
 
 
-def unreachable_dsn(backend, tmp_path):
+def unreachable_dsn(backend: str, tmp_path: Path) -> str:
     if backend == "sqlite":
         return f"sqlite:///{tmp_path / 'no-such-folder' / 'jobs.db'}"
     return "postgresql+psycopg://postgres@127.0.0.1:1/queuecore"  # nothing listens on port 1

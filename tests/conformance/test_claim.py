@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from queuecore import Job
 from queuecore.statements import LEASE_EXPIRED_ON_LAST_ATTEMPT
 from tests.conformance.helpers import epoch, job_row
 
 
-def ids(jobs):
+def ids(jobs: list[Job]) -> list[int]:
     return [job.id for job in jobs]
 
 

@@ -5,6 +5,7 @@ and leave an application's own tables and alembic history in the same database a
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -26,14 +27,14 @@ def engine(empty_dsn: str) -> Iterator[sa.Engine]:
     engine.dispose()
 
 
-def drift(engine, **opts):
+def drift(engine: sa.Engine, **opts: Any) -> list[Any]:
     """What alembic's autogenerate would change to make the database match the models."""
     with engine.connect() as conn:
         context = MigrationContext.configure(conn, opts={"compare_type": True, **opts})
         return compare_metadata(context, metadata)
 
 
-def schema(engine):
+def schema(engine: sa.Engine) -> dict[str, Any]:
     """Every table with its columns, indexes and constraints, as the database reports them."""
     inspector = sa.inspect(engine)
     return {
@@ -47,13 +48,13 @@ def schema(engine):
     }
 
 
-def index_text(index):
+def index_text(index: dict[str, Any]) -> str:
     """An index as comparable text: SQLite reports a partial index's WHERE as a clause object."""
     options = {key: str(value) for key, value in index.get("dialect_options", {}).items()}
     return repr({**index, "dialect_options": options})
 
 
-def versions(engine, table):
+def versions(engine: sa.Engine, table: str) -> list[str]:
     with engine.connect() as conn:
         return conn.execute(sa.text(f"SELECT version_num FROM {table}")).scalars().all()
 

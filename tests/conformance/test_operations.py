@@ -7,10 +7,11 @@ import dataclasses
 
 import pytest
 
+from queuecore import Queue
 from tests.conformance.helpers import all_rows, capture_sql, count_jobs, epoch, job_row
 
 
-def make_dead(queue, n, queue_name="default"):
+def make_dead(queue: Queue, n: int, queue_name: str = "default") -> list[int]:
     """n jobs failed permanently, in id order."""
     ids = queue.enqueue_many("k", [{"n": i} for i in range(n)], queue=queue_name)
     for job in queue.claim("w", limit=n, queues=[queue_name]):

@@ -5,14 +5,19 @@ query plans of the real statements from `queuecore.statements`, never on timings
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy import Double, bindparam
+from sqlalchemy.sql.elements import ColumnElement
 
 from queuecore import statements
 from queuecore.schema import jobs
+from queuecore.sqlqueue import SQLQueue
+from tests.conformance.conftest import FakeClock
 
 FINISHED_ROWS = 100_000
 READY = {"ix_queuecore_jobs_ready", "ix_queuecore_jobs_ready_by_queue"}
@@ -28,7 +33,7 @@ class Plan:
     sorts: bool  # results are sorted after reading, instead of read in index order
 
 
-def explain(conn: sa.Connection, stmt: sa.Executable, params: dict) -> Plan:
+def explain(conn: sa.Connection, stmt: sa.Executable, params: dict[str, Any]) -> Plan:
     """The plan of the statement as the queue sends it: compiled for this dialect, with
     bound parameters (the state names are the only literals, as in the real statements)."""
     sent = stmt.compile(dialect=conn.dialect).construct_expanded_state(params)
@@ -38,7 +43,7 @@ def explain(conn: sa.Connection, stmt: sa.Executable, params: dict) -> Plan:
         ).all()
         details = [row.detail for row in rows]
         indexes = {
-            "primary key" if found == "INTEGER PRIMARY KEY" else found.split()[-1]
+            PRIMARY_KEY if found == "INTEGER PRIMARY KEY" else found.split()[-1]
             for detail in details
             for found in re.findall(r"USING (INTEGER PRIMARY KEY|(?:COVERING )?INDEX \w+)", detail)
         }
@@ -61,13 +66,13 @@ def explain(conn: sa.Connection, stmt: sa.Executable, params: dict) -> Plan:
     )
 
 
-def walk(node: dict):
+def walk(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
     yield node
     for child in node.get("Plans", ()):
         yield from walk(child)
 
 
-def nows(queue):
+def nows(queue: SQLQueue) -> list[ColumnElement[float]]:
     """The time expressions the queue's statements are built with: a bound parameter for
     an injected (or local) clock, and the server's clock where that is the default."""
     found = [bindparam("now", type_=Double)]
@@ -78,7 +83,7 @@ def nows(queue):
 
 
 @pytest.fixture
-def crowded(queue, db, clock):
+def crowded(queue: SQLQueue, db: sa.Engine, clock: FakeClock) -> SQLQueue:
     """100,000 finished rows (every 50th dead) in the same queues as a few live ones."""
     n = sa.select(sa.literal(1).label("i")).cte("n", recursive=True)
     n = n.union_all(sa.select(n.c.i + 1).where(n.c.i < FINISHED_ROWS))

@@ -4,11 +4,15 @@ is fenced by the lease token, and does exactly what the contract says to the row
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
+from queuecore import Job, Queue
 from queuecore.schema import jobs
+from tests.conformance.conftest import FakeClock
 from tests.conformance.helpers import all_rows, epoch, job_row
 
 
@@ -19,7 +23,7 @@ class EffectFailed(Exception):
 DEFAULT_LEASE = 30  # connect()'s default lease_seconds
 
 
-def replaced(queue, clock):
+def replaced(queue: Queue, clock: FakeClock) -> tuple[Job, Job]:
     """A job whose first claim's lease ran out and was taken by a second claim."""
     queue.enqueue("k", {})
     (stale,) = queue.claim("slow")
@@ -28,7 +32,7 @@ def replaced(queue, clock):
     return stale, current
 
 
-def unchanged(db, report, *args, **kwargs):
+def unchanged(db: sa.Engine, report: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """The report's answer, after checking that it changed no row at all."""
     before = all_rows(db)
     answer = report(*args, **kwargs)

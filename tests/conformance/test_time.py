@@ -15,7 +15,7 @@ from tests.conformance.helpers import capture_sql, epoch, job_row
 REAL_CLOCKS = ("clock_timestamp", "now()", "current_timestamp", "julianday", "unixepoch")
 
 
-def real_now(backend, db):
+def real_now(backend: str, db: sa.Engine) -> float:
     """What the queue's default clock reads now: the server's on PostgreSQL (R20)."""
     if backend == "sqlite":
         return time.time()
