@@ -56,6 +56,8 @@ jobs = Table(
     ),
     CheckConstraint("max_attempts >= 1", name="ck_queuecore_jobs_max_attempts"),
     UniqueConstraint("dedupe_key", name="uq_queuecore_jobs_dedupe_key"),
+    # A purged id is never handed out again, so `get(id)` can't show somebody else's job.
+    sqlite_autoincrement=True,
 )
 
 LIVE = jobs.c.state.in_([QUEUED, RUNNING])

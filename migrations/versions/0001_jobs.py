@@ -47,6 +47,7 @@ def upgrade() -> None:
         ),
         sa.CheckConstraint("max_attempts >= 1", name="ck_queuecore_jobs_max_attempts"),
         sa.UniqueConstraint("dedupe_key", name="uq_queuecore_jobs_dedupe_key"),
+        sqlite_autoincrement=True,
     )
     live = _where("state IN ('queued', 'running')")
     op.create_index("ix_queuecore_jobs_ready", TABLE, ["priority", "visible_at", "id"], **live)

@@ -161,3 +161,16 @@ def test_r18_get_returns_a_snapshot_or_none(queue, clock):
     assert snap.state == "queued"  # a snapshot, not a live view
     assert epoch(queue.get(job_id).finished_at) == clock.now
     assert queue.get(job_id + 1) is None
+
+
+def test_r18_a_purged_id_is_never_handed_out_again(queue, clock):
+    """Otherwise a status endpoint holding an old id would show somebody else's job."""
+    queue.enqueue("k", {})
+    newest = queue.enqueue("k", {}).id
+    for job in queue.claim("w", limit=2):
+        queue.complete(job)
+    clock.advance(10)
+    assert queue.purge(older_than=0) == 2
+
+    assert queue.enqueue("k", {}).id > newest
+    assert queue.get(newest) is None
