@@ -2,15 +2,107 @@
 
 from __future__ import annotations
 
+import importlib
+import time
+import warnings
+from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import URL, Engine, event, make_url
 from sqlalchemy.dialects import sqlite
+from sqlalchemy.engine import ExceptionContext
 
+from queuecore.errors import DatabaseBusyError, SQLiteBuildWarning
 from queuecore.sqlqueue import SQLQueue
 
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+SQLITE_BUSY = 5
+
+# The WAL-reset bug: fixed in 3.51.3, and the fix backported to these older lines.
+WAL_RESET_FIXED = (3, 51, 3)
+WAL_RESET_BACKPORTS = {(3, 50): (3, 50, 7), (3, 44): (3, 44, 6)}
+
+# Drivers already reported, so a process that opens many queues warns once.
+_warned_builds: set[tuple[str, tuple[int, ...]]] = set()
+
+
+def has_wal_reset_fix(version: tuple[int, ...]) -> bool:
+    """Whether an SQLite library of this version carries the WAL-reset fix."""
+    if version >= WAL_RESET_FIXED:
+        return True
+    backport = WAL_RESET_BACKPORTS.get(tuple(version[:2]))
+    return backport is not None and version >= backport
+
+
+def _warn_if_unfixed(driver: str, dbapi: ModuleType) -> None:
+    version = tuple(dbapi.sqlite_version_info)
+    if has_wal_reset_fix(version) or (driver, version) in _warned_builds:
+        return
+    _warned_builds.add((driver, version))
+    warnings.warn(
+        f"SQLite {dbapi.sqlite_version} (through the {driver!r} driver) lacks the fix for the "
+        "WAL-reset bug (fixed in 3.51.3, 3.50.7 and 3.44.6): two connections writing or "
+        "checkpointing at the same instant can corrupt the database, which is exactly a "
+        "queue's pattern. Run on a fixed build: pip install 'queuecore[pysqlite3]' and "
+        "connect with sqlite_driver='pysqlite3' (it bundles a newer SQLite).",
+        SQLiteBuildWarning,
+        stacklevel=2,
+    )
+
+
+def _load_driver(name: str) -> ModuleType:
+    """The DB-API module of an sqlite3-compatible driver (the stdlib's or a fork of it)."""
+    try:
+        return importlib.import_module(f"{name}.dbapi2")
+    except ModuleNotFoundError as exc:
+        hint = " (pip install 'queuecore[pysqlite3]')" if name == "pysqlite3" else ""
+        raise ModuleNotFoundError(f"sqlite_driver={name!r} is not installed{hint}: {exc}") from exc
+
+
+def _is_busy(exc: BaseException) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF == SQLITE_BUSY
+    return "database is locked" in str(exc)
+
+
+class _Patience:
+    """What to do when SQLite answers SQLITE_BUSY.
+
+    The busy timeout makes SQLite itself wait for the lock. A few cases come back at
+    once instead (a WAL recovery in progress, a lock upgrade SQLite refuses to wait for):
+    those are retried until the busy timeout has passed. Once it has, waiting longer would
+    only hide a stuck writer, so the caller gets an error that says so."""
+
+    def __init__(self, database: str, busy_timeout: float, dbapi: ModuleType) -> None:
+        self.database = database
+        self.busy_timeout = busy_timeout
+        self.dbapi = dbapi
+
+    def error(self, doing: str) -> DatabaseBusyError:
+        return DatabaseBusyError(
+            f"the SQLite database {self.database} stayed locked by another connection for "
+            f"longer than busy_timeout={self.busy_timeout:g}s while {doing}. Some process holds "
+            "a write transaction open that long; find it, or pass a larger busy_timeout to "
+            "queuecore.connect()."
+        )
+
+    def run(self, doing: str, step: Callable[[], object]) -> None:
+        deadline = time.monotonic() + self.busy_timeout
+        pause = 0.001
+        while True:
+            try:
+                step()
+                return
+            except self.dbapi.OperationalError as exc:
+                if not _is_busy(exc):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise self.error(doing) from exc
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
 
 
 class SQLiteQueue(SQLQueue):
@@ -28,10 +120,13 @@ class SQLiteQueue(SQLQueue):
         *,
         synchronous: str = "NORMAL",
         busy_timeout: float = 30.0,
+        sqlite_driver: str = "sqlite3",
         **options: Any,
     ) -> Engine:
         """`synchronous="NORMAL"` (the default) survives any application crash; only a
-        power loss can take the last commits. `"FULL"` survives that too, several times slower."""
+        power loss can take the last commits. `"FULL"` survives that too, several times slower.
+        `sqlite_driver` names an sqlite3-compatible module: "pysqlite3" brings its own,
+        newer SQLite library when the one Python was built with is affected by a known bug."""
         url = bind.url if isinstance(bind, Engine) else make_url(bind)
         if url.database in (None, "", ":memory:"):
             raise ValueError(
@@ -45,7 +140,12 @@ class SQLiteQueue(SQLQueue):
             raise ValueError(
                 f"busy_timeout must be a positive number of seconds, got {busy_timeout!r}"
             )
-        engine = sa.create_engine(url, connect_args={"timeout": busy_timeout}, **options)
+        dbapi = _load_driver(sqlite_driver)
+        _warn_if_unfixed(sqlite_driver, dbapi)
+        engine = sa.create_engine(
+            url, module=dbapi, connect_args={"timeout": busy_timeout}, **options
+        )
+        patience = _Patience(url.database, busy_timeout, dbapi)
 
         @event.listens_for(engine, "connect")
         def _set_up(dbapi_connection: Any, _record: Any) -> None:
@@ -53,13 +153,29 @@ class SQLiteQueue(SQLQueue):
             dbapi_connection.isolation_level = None
             cursor = dbapi_connection.cursor()
             cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
-            cursor.execute("PRAGMA journal_mode = WAL")
+            patience.run(
+                "switching the database to WAL", lambda: cursor.execute("PRAGMA journal_mode = WAL")
+            )
             cursor.execute(f"PRAGMA synchronous = {mode}")
             cursor.close()
 
         @event.listens_for(engine, "begin")
         def _begin(conn: sa.Connection) -> None:
-            read_only = conn.get_execution_options().get("queuecore_read_only", False)
-            conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+            if conn.get_execution_options().get("queuecore_read_only", False):
+                conn.exec_driver_sql("BEGIN")
+                return
+            driver_connection = conn.connection.dbapi_connection
+            patience.run(
+                "waiting for the write lock (BEGIN IMMEDIATE)",
+                lambda: driver_connection.execute("BEGIN IMMEDIATE"),
+            )
+
+        @event.listens_for(engine, "handle_error")
+        def _explain_busy(context: ExceptionContext) -> None:
+            # Anything else that meets the lock after the busy timeout (a read during
+            # a WAL recovery, say) gets the same explanation instead of a bare
+            # "database is locked".
+            if _is_busy(context.original_exception):
+                raise patience.error("running a statement") from context.original_exception
 
         return engine

@@ -42,6 +42,6 @@ def to_url(bind: str | URL | Engine) -> URL:
 def connect(bind: str | URL | Engine, **options: Any) -> Queue:
     """Open a queue. Options common to every backend: lease_seconds, max_attempts,
     backoff_base, backoff_cap, clock, rng, max_payload_bytes; SQLite also takes
-    synchronous and busy_timeout."""
+    synchronous, busy_timeout and sqlite_driver."""
     url = to_url(bind)
     return backend_for(url)(bind, **options)

@@ -21,3 +21,15 @@ class DatabaseUnreachableError(QueuecoreError):
 
 class UnknownBackendError(QueuecoreError):
     """No installed backend serves the DSN's dialect."""
+
+
+class DatabaseBusyError(QueuecoreError):
+    """SQLite's write lock stayed taken for longer than the busy timeout."""
+
+
+class OutcomeUnknownError(QueuecoreError):
+    """The connection died while a commit was in flight: it may or may not have landed."""
+
+
+class SQLiteBuildWarning(UserWarning):
+    """The SQLite library in use has a known bug that can corrupt a queue's database."""
