@@ -12,7 +12,6 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import URL, Engine, event, make_url
 from sqlalchemy.dialects import sqlite
-from sqlalchemy.engine import ExceptionContext
 
 from queuecore.errors import DatabaseBusyError, SQLiteBuildWarning
 from queuecore.sqlqueue import SQLQueue
@@ -85,8 +84,8 @@ class _Patience:
         return DatabaseBusyError(
             f"the SQLite database {self.database} stayed locked by another connection for "
             f"longer than busy_timeout={self.busy_timeout:g}s while {doing}. Some process holds "
-            "a write transaction open that long; find it, or pass a larger busy_timeout to "
-            "queuecore.connect()."
+            "a lock that long (a long write transaction, an exclusive lock, a restore into the "
+            "file); find it, or pass a larger busy_timeout to queuecore.connect()."
         )
 
     def run(self, doing: str, step: Callable[[], object]) -> None:
@@ -169,13 +168,5 @@ class SQLiteQueue(SQLQueue):
                 "waiting for the write lock (BEGIN IMMEDIATE)",
                 lambda: driver_connection.execute("BEGIN IMMEDIATE"),
             )
-
-        @event.listens_for(engine, "handle_error")
-        def _explain_busy(context: ExceptionContext) -> None:
-            # Anything else that meets the lock after the busy timeout (a read during
-            # a WAL recovery, say) gets the same explanation instead of a bare
-            # "database is locked".
-            if _is_busy(context.original_exception):
-                raise patience.error("running a statement") from context.original_exception
 
         return engine

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from queuecore.backends.sqlite import has_wal_reset_fix
 
 
