@@ -22,6 +22,7 @@ from queuecore.backoff import Backoff
 from queuecore.job import EnqueueResult, Job, JobSnapshot, to_datetime
 from queuecore.migrate import ensure_schema
 from queuecore.protocol import Effect
+from queuecore.reconnect import reconnecting, transaction
 from queuecore.schema import DEAD, DONE, jobs
 
 ERROR_TEXT_LIMIT = 2000
@@ -126,10 +127,10 @@ class SQLQueue:
         return params
 
     def _write(self) -> AbstractContextManager[Connection]:
-        return self.engine.begin()
+        return transaction(self.engine)
 
     def _read(self) -> AbstractContextManager[Connection]:
-        return self._read_engine.begin()
+        return transaction(self._read_engine)
 
     # --- producing -------------------------------------------------------------------
 
@@ -155,6 +156,7 @@ class SQLQueue:
             else validate.at_least("max_attempts", max_attempts, 1),
         }
 
+    @reconnecting(after_commit=lambda kwargs: kwargs.get("dedupe_key") is not None)
     def enqueue(
         self,
         kind: str,
@@ -199,6 +201,7 @@ class SQLQueue:
             if existing is not None:
                 return EnqueueResult(id=existing, created=False)
 
+    @reconnecting(after_commit=False)
     def enqueue_many(
         self,
         kind: str,
@@ -224,6 +227,7 @@ class SQLQueue:
 
     # --- consuming --------------------------------------------------------------------
 
+    @reconnecting(after_commit=True)
     def claim(
         self, worker: str, *, limit: int = 1, queues: Sequence[str] | None = None
     ) -> list[Job]:
@@ -272,6 +276,7 @@ class SQLQueue:
     def _fence(self, job: Job, **params: Any) -> dict[str, Any]:
         return self._params(job_id=job.id, token=job.lease_token, **params)
 
+    @reconnecting(after_commit=True)
     def complete(self, job: Job, *, effect: Effect | None = None) -> bool:
         with self._write() as conn:
             if conn.execute(self._stmt_complete, self._fence(job)).rowcount != 1:
@@ -280,6 +285,7 @@ class SQLQueue:
                 effect(conn)
         return True
 
+    @reconnecting(after_commit=True)
     def fail(
         self,
         job: Job,
@@ -303,6 +309,7 @@ class SQLQueue:
             changed = conn.execute(stmt, params).rowcount
         return outcome if changed == 1 else None
 
+    @reconnecting(after_commit=True)
     def heartbeat(self, job: Job) -> bool:
         with self._write() as conn:
             visible_at = conn.execute(
@@ -313,12 +320,14 @@ class SQLQueue:
         job.lease_expires_at = to_datetime(visible_at)
         return True
 
+    @reconnecting(after_commit=True)
     def release(self, job: Job) -> bool:
         with self._write() as conn:
             return conn.execute(self._stmt_release, self._fence(job)).rowcount == 1
 
     # --- operating --------------------------------------------------------------------
 
+    @reconnecting(after_commit=False)
     def requeue_dead(self, ids: Iterable[int] | None = None) -> list[int]:
         if ids is None:
             stmt, params = self._stmt_requeue_all, self._params()
@@ -330,6 +339,7 @@ class SQLQueue:
         with self._write() as conn:
             return sorted(conn.execute(stmt, params).scalars())
 
+    @reconnecting(after_commit=True)
     def stats(self, queue: str | None = None) -> dict[str, Any]:
         with self._read() as conn:
             live = conn.execute(self._stmt_live_counts, self._params()).all()
@@ -376,6 +386,7 @@ class SQLQueue:
                     break
         return total
 
+    @reconnecting(after_commit=True)
     def get(self, job_id: int) -> JobSnapshot | None:
         with self._read() as conn:
             row = conn.execute(self._stmt_get, {"job_id": _job_id(job_id)}).first()

@@ -1,0 +1,110 @@
+"""Surviving a dropped connection: a database restart, a terminated backend.
+
+SQLAlchemy already invalidates a connection that died (and every older one in the
+pool), so the next checkout is fresh. What is left is the operation that was cut off,
+and whether running it again could apply it twice:
+
+- The connection died before the commit was sent (at connect, or during a statement):
+  the server rolled the transaction back, so a second run is the only one that counts.
+- It died while committing: the commit may or may not have landed. Only operations
+  whose second run cannot apply anything twice are run again. The fenced reports
+  (complete, fail, heartbeat, release): a landed commit cleared the token or moved the
+  lease on, so the fence refuses the second run and a complete's effect lands once;
+  the second run then answers False (or None) for a job that was in fact handled. A
+  claim: at worst its first run leased jobs to a token nobody holds, and those come
+  back when the lease ends, like a crashed worker's. Reads, and an enqueue with a
+  dedupe_key (the second run finds the first's job). Anything else raises
+  OutcomeUnknownError rather than guess.
+
+Pool pre-ping was the alternative: it costs a round trip on every checkout (every
+claim and complete) and still cannot save a transaction whose connection dies halfway.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DBAPIError
+
+from queuecore.errors import OutcomeUnknownError
+
+log = logging.getLogger("queuecore")
+
+# Pauses before each new try: a terminated backend is replaced at once, a restarting
+# server needs a few seconds. Longer outages are the caller's (the worker's back-off).
+PAUSES = (0.0, 0.25, 0.5, 1.0, 2.0)
+
+# Set on a DBAPIError that lost its connection: "before commit" or "during commit".
+LOST = "_queuecore_lost"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@contextmanager
+def transaction(engine: Engine) -> Iterator[Connection]:
+    """`engine.begin()`, marking an error that means "the connection is gone" with
+    when it happened, so `reconnecting` can tell whether a second run is safe."""
+    phase = "connect"
+    try:
+        with engine.connect() as conn:
+            phase = "work"
+            transaction = conn.begin()
+            try:
+                yield conn
+            except BaseException:
+                transaction.rollback()
+                raise
+            phase = "commit"
+            transaction.commit()
+    except DBAPIError as exc:
+        if phase == "connect" or exc.connection_invalidated:
+            setattr(exc, LOST, "during commit" if phase == "commit" else "before commit")
+        raise
+
+
+def reconnecting(*, after_commit: Callable[[Mapping[str, Any]], bool] | bool) -> Callable[[F], F]:
+    """Run the method again when its connection died. `after_commit` says whether that
+    is safe when the commit was in flight (a predicate receives the keyword arguments).
+    A call inside the caller's own transaction (`conn=`) is the caller's to retry."""
+
+    def decorate(method: F) -> F:
+        @functools.wraps(method)
+        def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("conn") is not None:
+                return method(self, *args, **kwargs)
+            pauses = iter(PAUSES)
+            while True:
+                try:
+                    return method(self, *args, **kwargs)
+                except DBAPIError as exc:
+                    lost = getattr(exc, LOST, None)
+                    if lost is None:
+                        raise
+                    safe = after_commit(kwargs) if callable(after_commit) else after_commit
+                    if lost == "during commit" and not safe:
+                        raise OutcomeUnknownError(
+                            f"the database connection was lost while committing "
+                            f"{method.__name__}: it may or may not have been applied. Check "
+                            "before repeating it (an enqueue with a dedupe_key is safe to repeat)."
+                        ) from exc
+                    pause = next(pauses, None)
+                    if pause is None:
+                        raise
+                    log.warning(
+                        "queuecore: connection lost %s of %s; retrying in %gs: %s",
+                        lost,
+                        method.__name__,
+                        pause,
+                        exc.orig,
+                    )
+                time.sleep(pause)
+
+        return run  # type: ignore[return-value]
+
+    return decorate
