@@ -51,7 +51,7 @@ class SQLQueue:
         **engine_options: Any,
     ) -> None:
         self.lease_seconds = validate.positive_seconds("lease_seconds", lease_seconds)
-        self.max_attempts = validate.at_least("max_attempts", max_attempts, 1)
+        self.max_attempts = validate.at_least("max_attempts", max_attempts, 1, validate.INT32[1])
         self.max_payload_bytes = validate.at_least("max_payload_bytes", max_payload_bytes, 1)
         self.backoff = Backoff(
             base=validate.non_negative_seconds("backoff_base", backoff_base),
@@ -142,18 +142,16 @@ class SQLQueue:
         priority: int,
         max_attempts: int | None,
     ) -> dict[str, Any]:
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise ValueError(f"priority must be an integer, got {priority!r}")
         return {
             "kind": validate.kind(kind),
             "payload": validate.payload(payload, max_bytes=self.max_payload_bytes),
             "queue": validate.queue_name(queue),
-            "priority": priority,
+            "priority": validate.at_least("priority", priority, *validate.INT32),
             "state": "queued",
             "attempts": 0,
             "max_attempts": self.max_attempts
             if max_attempts is None
-            else validate.at_least("max_attempts", max_attempts, 1),
+            else validate.at_least("max_attempts", max_attempts, 1, validate.INT32[1]),
         }
 
     @reconnecting(after_commit=lambda kwargs: kwargs.get("dedupe_key") is not None)
@@ -171,9 +169,7 @@ class SQLQueue:
         conn: Connection | None = None,
     ) -> EnqueueResult:
         row = self._row(kind, payload, queue, priority, max_attempts)
-        if dedupe_key is not None and (not isinstance(dedupe_key, str) or not dedupe_key):
-            raise ValueError(f"dedupe_key must be a non-empty string or None, got {dedupe_key!r}")
-        row["dedupe_key"] = dedupe_key
+        row["dedupe_key"] = validate.optional_text("dedupe_key", dedupe_key)
         if run_at is not None:
             if delay:
                 raise ValueError("pass delay or run_at, not both")
@@ -231,8 +227,7 @@ class SQLQueue:
     def claim(
         self, worker: str, *, limit: int = 1, queues: Sequence[str] | None = None
     ) -> list[Job]:
-        if not isinstance(worker, str) or not worker:
-            raise ValueError(f"worker must be a non-empty string, got {worker!r}")
+        validate.text("worker", worker)
         limit = validate.at_least("limit", limit, 1)
         params = self._params(
             limit=limit,
@@ -294,7 +289,7 @@ class SQLQueue:
         retry_in: float | None = None,
         permanent: bool = False,
     ) -> Literal["queued", "dead"] | None:
-        text = str(error)[:ERROR_TEXT_LIMIT]
+        text = validate.error_text(error, ERROR_TEXT_LIMIT)
         if permanent or job.attempts >= job.max_attempts:
             stmt, params, outcome = self._stmt_fail_dead, self._fence(job, error=text), "dead"
         else:
@@ -332,7 +327,9 @@ class SQLQueue:
         if ids is None:
             stmt, params = self._stmt_requeue_all, self._params()
         else:
-            wanted = [_job_id(i) for i in ids]
+            if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
+                raise TypeError(f"ids must be an iterable of job ids, or None for all: {ids!r}")
+            wanted = [validate.job_id(i) for i in ids]
             if not wanted:
                 return []
             stmt, params = self._stmt_requeue_ids, self._params(ids=wanted)
@@ -389,7 +386,7 @@ class SQLQueue:
     @reconnecting(after_commit=True)
     def get(self, job_id: int) -> JobSnapshot | None:
         with self._read() as conn:
-            row = conn.execute(self._stmt_get, {"job_id": _job_id(job_id)}).first()
+            row = conn.execute(self._stmt_get, {"job_id": validate.job_id(job_id)}).first()
         if row is None:
             return None
         return JobSnapshot(
@@ -417,12 +414,6 @@ class SQLQueue:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _job_id(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"a job id is an integer, got {value!r}")
-    return value
 
 
 def _empty_stats() -> dict[str, Any]:

@@ -8,47 +8,111 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
+# Integer columns are 32-bit (priority, max_attempts) and ids 64-bit on PostgreSQL.
+INT32 = (-(2**31), 2**31 - 1)
+INT64 = (-(2**63), 2**63 - 1)
+# No duration the queue adds to the clock may push a time past what a datetime holds.
+CENTURY = 100 * 365.25 * 86400
+
+
+def text(name: str, value: object) -> str:
+    """A name stored in a text column. PostgreSQL text cannot hold NUL, and neither
+    database driver can encode a lone surrogate: both are refused on both backends,
+    before anything is written, so the two behave alike."""
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{name} must be a non-empty string, got {value!r}")
+    _storable(name, value)
+    return value
+
 
 def kind(value: object) -> str:
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"kind must be a non-empty string, got {value!r}")
-    return value
+    return text("kind", value)
 
 
 def queue_name(value: object) -> str:
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"queue must be a non-empty string, got {value!r}")
-    return value
+    return text("queue", value)
+
+
+def optional_text(name: str, value: object) -> str | None:
+    return None if value is None else text(name, value)
+
+
+def job_id(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"a job id is an integer, got {value!r}")
+    return at_least("a job id", value, *INT64)
+
+
+def error_text(value: object, limit: int) -> str:
+    """A failure report is never refused (that would leave its job running until the
+    lease ends, its error lost): what no text column can hold is escaped instead."""
+    escaped = str(value).replace("\x00", "\\x00")
+    escaped = escaped.encode("utf-8", "backslashreplace").decode("utf-8")
+    return escaped[:limit]
+
+
+def _storable(name: str, value: str) -> None:
+    if "\x00" in value:
+        raise ValueError(f"{name} contains a NUL character, which PostgreSQL cannot store")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{name} is not valid Unicode text ({exc.reason})") from exc
 
 
 def payload(value: object, *, max_bytes: int) -> dict[str, Any]:
-    """A payload is a JSON object; it is serialised here so a bad one fails before the write."""
+    """A payload is a JSON object; it is serialised here so a bad one fails before the write.
+    It comes back exactly as given, so keys must be strings (JSON would turn 1 into "1")."""
     if not isinstance(value, Mapping):
         raise TypeError(f"payload must be a JSON object (a dict), got {type(value).__name__}")
     try:
         encoded = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"payload is not JSON-serialisable: {exc}") from exc
+    except RecursionError as exc:
+        raise ValueError("payload is nested too deeply") from exc
     if len(encoded.encode("utf-8", "surrogatepass")) > max_bytes:
         raise ValueError(f"payload is larger than max_payload_bytes={max_bytes}")
+    _payload_strings(value)
     return dict(value)
 
 
-def at_least(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+def _payload_strings(value: Mapping[str, Any]) -> None:
+    pending: list[tuple[str, object]] = [("payload", value)]
+    while pending:
+        path, item = pending.pop()
+        if isinstance(item, str):
+            _storable(path, item)
+        elif isinstance(item, Mapping):
+            for key, inner in item.items():
+                if not isinstance(key, str):
+                    raise TypeError(f"{path} has a key that is not a string: {key!r}")
+                _storable(f"a key of {path}", key)
+                pending.append((f"{path}[{key!r}]", inner))
+        elif isinstance(item, (list, tuple)):
+            pending.extend((f"{path}[{i}]", inner) for i, inner in enumerate(item))
+
+
+def at_least(name: str, value: object, minimum: int, maximum: int = INT64[1]) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise ValueError(f"{name} must be an integer from {minimum} to {maximum}, got {value!r}")
     return value
 
 
 def positive_seconds(name: str, value: object) -> float:
-    if not _is_real(value) or not value > 0 or math.isinf(value):
-        raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+    if not _is_real(value) or not 0 < value <= CENTURY:
+        raise ValueError(
+            f"{name} must be a positive number of seconds (at most {CENTURY:.0f}), got {value!r}"
+        )
     return float(value)
 
 
 def non_negative_seconds(name: str, value: object) -> float:
-    if not _is_real(value) or not value >= 0 or math.isinf(value):
-        raise ValueError(f"{name} must be a non-negative number of seconds, got {value!r}")
+    if not _is_real(value) or not 0 <= value <= CENTURY:
+        raise ValueError(
+            f"{name} must be a non-negative number of seconds (at most {CENTURY:.0f}), "
+            f"got {value!r}"
+        )
     return float(value)
 
 
@@ -60,6 +124,10 @@ def epoch(name: str, value: object) -> float:
         return value.timestamp()
     if not _is_real(value) or not math.isfinite(value):
         raise ValueError(f"{name} must be a datetime or epoch seconds, got {value!r}")
+    try:
+        datetime.fromtimestamp(value, tz=timezone.utc)
+    except (OverflowError, OSError, ValueError) as exc:
+        raise ValueError(f"{name} is outside the dates a datetime can hold: {value!r}") from exc
     return float(value)
 
 
