@@ -29,7 +29,7 @@ from tests.conformance.conftest import START
 LEASE = 10.0
 BACKOFF_BASE, BACKOFF_CAP = 1.0, 8.0
 MAX_ATTEMPTS = 3
-EXAMPLES = int(os.environ.get("QUEUECORE_MODEL_EXAMPLES", "400"))
+EXAMPLES = int(os.environ.get("QUEUECORE_MODEL_EXAMPLES", "500"))
 
 QUEUES = ["q1", "q2"]
 names = st.sampled_from
