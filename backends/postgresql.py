@@ -1,19 +1,30 @@
-"""PostgreSQL: many hosts. Claims skip rows other claims hold (FOR UPDATE SKIP LOCKED)."""
+"""PostgreSQL: many hosts. Claims skip rows other claims hold (FOR UPDATE SKIP LOCKED);
+enqueues NOTIFY idle workers, which LISTEN on a connection of their own (W6)."""
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy import URL, Double, Engine, func, make_url, select
+from sqlalchemy import URL, Connection, Double, Engine, bindparam, func, make_url, select
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.sql.elements import ColumnElement
 
 from queuecore.sqlqueue import SQLQueue
 
+CHANNEL = "queuecore"
+NOTIFY = select(func.pg_notify(CHANNEL, bindparam("payload")))
+
 
 class PostgresQueue(SQLQueue):
     _insert = staticmethod(postgresql.insert)
+
+    def __init__(self, bind: str | URL | Engine, *, notify: bool = True, **options: Any) -> None:
+        """`notify=False` spares enqueue its NOTIFY (a global lock at commit) when the
+        write load is heavy and workers are busy anyway; idle workers then poll."""
+        self.notify = notify
+        super().__init__(bind, **options)
 
     @classmethod
     def create_engine(cls, bind: str | URL | Engine, **options: Any) -> Engine:
@@ -37,3 +48,39 @@ class PostgresQueue(SQLQueue):
         return select(
             sa.cast(func.extract("epoch", func.clock_timestamp()), Double)
         ).scalar_subquery()
+
+    def _announce(self, conn: Connection, queue: str) -> None:
+        """Delivered at commit, and only then: a rolled-back enqueue wakes nobody."""
+        if self.notify:
+            conn.execute(NOTIFY, {"payload": queue})
+
+    def listen(self) -> Notifications:
+        return Notifications(self.engine)
+
+
+class Notifications:
+    """LISTEN on a connection taken out of the pool for good: a pooled one would go back
+    to other work between transactions and stop hearing anything."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        raw = engine.raw_connection()
+        raw.rollback()
+        self._conn: Any = raw.driver_connection
+        raw.detach()
+        self._conn.autocommit = True
+        self._conn.execute(f"LISTEN {CHANNEL}")
+
+    def reaches_itself(self, timeout: float) -> bool:
+        """A NOTIFY sent through the pool, the way enqueue sends one, must come back here.
+        Behind a transaction-mode pooler (PgBouncer) LISTEN is silently lost: it does not."""
+        probe = f"probe:{secrets.token_hex(8)}"
+        with self._engine.begin() as conn:
+            conn.execute(NOTIFY, {"payload": probe})
+        return any(n.payload == probe for n in self._conn.notifies(timeout=timeout))
+
+    def wait(self, timeout: float) -> list[str]:
+        return [n.payload for n in self._conn.notifies(timeout=timeout, stop_after=1)]
+
+    def close(self) -> None:
+        self._conn.close()

@@ -11,24 +11,35 @@ from queuecore.errors import (
     SQLiteBuildWarning,
     UnknownBackendError,
 )
+from queuecore.handling import Handler, Lease, Permanent, Retry, current_lease
 from queuecore.job import EnqueueResult, Job, JobSnapshot
 from queuecore.migrate import migrate
-from queuecore.protocol import Effect, Queue
+from queuecore.protocol import Effect, Listener, Queue
+from queuecore.registry import Registry
+from queuecore.worker import Worker
 
 __all__ = [
     "DatabaseBusyError",
     "DatabaseUnreachableError",
     "Effect",
     "EnqueueResult",
+    "Handler",
     "Job",
     "JobSnapshot",
+    "Lease",
+    "Listener",
     "NotMigratedError",
     "OutcomeUnknownError",
+    "Permanent",
     "Queue",
     "QueuecoreError",
+    "Registry",
+    "Retry",
     "SQLiteBuildWarning",
     "SchemaTooNewError",
     "UnknownBackendError",
+    "Worker",
     "connect",
+    "current_lease",
     "migrate",
 ]

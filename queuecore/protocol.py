@@ -71,3 +71,18 @@ class Queue(Protocol):
     def get(self, job_id: int) -> JobSnapshot | None: ...
 
     def close(self) -> None: ...
+
+
+class Listener(Protocol):
+    """A connection that hears about new jobs (PostgreSQL LISTEN); what `listen()` returns where
+    the database can notify."""
+
+    def reaches_itself(self, timeout: float) -> bool:
+        """Send a notification the way enqueue does and say whether it came back."""
+        ...
+
+    def wait(self, timeout: float) -> list[str]:
+        """Names of the queues that got new jobs, or [] after `timeout` seconds."""
+        ...
+
+    def close(self) -> None: ...

@@ -21,7 +21,7 @@ from queuecore import statements, validate
 from queuecore.backoff import Backoff
 from queuecore.job import EnqueueResult, Job, JobSnapshot, to_datetime
 from queuecore.migrate import ensure_schema
-from queuecore.protocol import Effect
+from queuecore.protocol import Effect, Listener
 from queuecore.reconnect import reconnecting, transaction
 from queuecore.schema import DEAD, DONE, jobs
 
@@ -82,6 +82,14 @@ class SQLQueue:
     def _insert(table: Any) -> Any:
         """The dialect's INSERT construct (the one with `on_conflict_do_nothing`)."""
         raise NotImplementedError
+
+    def _announce(self, conn: Connection, queue: str) -> None:
+        """Wake idle workers of `queue` when the enqueuing transaction commits (W6).
+        Nothing to do where the database cannot notify: workers poll."""
+
+    def listen(self) -> Listener | None:
+        """A connection that hears of new jobs, for idle workers; None: poll instead."""
+        return None
 
     # --- set-up --------------------------------------------------------------------
 
@@ -190,6 +198,7 @@ class SQLQueue:
         while True:
             new_id = conn.execute(stmt, self._params(**row)).scalar()
             if new_id is not None:
+                self._announce(conn, row["queue"])
                 return EnqueueResult(id=new_id, created=True)
             existing = conn.execute(
                 self._stmt_dedupe_lookup, {"dedupe_key": row["dedupe_key"]}
@@ -217,9 +226,16 @@ class SQLQueue:
         params = [{**row, **now, "delay": 0.0, "dedupe_key": None} for row in rows]
         stmt = self._stmt_enqueue_many.returning(jobs.c.id, sort_by_parameter_order=True)
         if conn is not None:
-            return list(conn.execute(stmt, params).scalars())
+            return self._insert_many(conn, stmt, params, queue)
         with self._write() as own:
-            return list(own.execute(stmt, params).scalars())
+            return self._insert_many(own, stmt, params, queue)
+
+    def _insert_many(
+        self, conn: Connection, stmt: Any, params: list[dict[str, Any]], queue: str
+    ) -> list[int]:
+        ids = list(conn.execute(stmt, params).scalars())
+        self._announce(conn, queue)
+        return ids
 
     # --- consuming --------------------------------------------------------------------
 

@@ -1,0 +1,71 @@
+"""What a handler may say back to the worker besides returning: the two exceptions that
+change what a failure does, and the lease it can consult while it runs (W1, W3).
+
+A handler is `fn(job)`. It may return an effect `f(conn)`, which the worker commits in
+the transaction that completes the job (R10), so the effect happens exactly once even
+though the handler may run more than once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from contextvars import ContextVar
+
+from queuecore import validate
+from queuecore.job import Job
+from queuecore.protocol import Effect
+
+Handler = Callable[[Job], "Effect | None"]
+
+
+class Permanent(Exception):
+    """Raise to send the job straight to dead: retrying cannot help (bad input, gone for good)."""
+
+
+class Retry(Exception):
+    """Raise to retry after exactly `seconds` instead of the queue's backoff, e.g. when an
+    upstream said when to come back. Still dead when the job is out of attempts."""
+
+    def __init__(self, seconds: float, message: str = "") -> None:
+        self.seconds = validate.non_negative_seconds("Retry seconds", seconds)
+        super().__init__(message or f"retry in {self.seconds:g}s")
+
+
+class Lease:
+    """The worker's hold on one job while its handler runs.
+
+    `lost` is set when a heartbeat finds the job no longer ours (the lease ran out and
+    another claim took it, or it was finished elsewhere). A long handler can check it
+    between steps, or sleep with `lost.wait(seconds)` so it wakes the moment the job is
+    lost, and stop early: whatever it returns is discarded by the fence anyway.
+    """
+
+    __slots__ = ("job", "lost", "reporting")
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.lost = threading.Event()
+        # Set once the worker starts reporting the outcome: a heartbeat that then finds
+        # the job finished is a race with that report, not a lost lease.
+        self.reporting = False
+
+
+_current: ContextVar[Lease] = ContextVar("queuecore_current_lease")
+
+
+def current_lease() -> Lease:
+    """The lease of the job this handler is running (the handler keeps its `fn(job)` shape)."""
+    try:
+        return _current.get()
+    except LookupError:
+        raise RuntimeError("current_lease() is only available inside a running handler") from None
+
+
+def run_handler(handler: Handler, lease: Lease) -> Effect | None:
+    """Run `handler` with `lease` reachable through `current_lease()`."""
+    token = _current.set(lease)
+    try:
+        return handler(lease.job)
+    finally:
+        _current.reset(token)

@@ -1,0 +1,102 @@
+"""Which handler runs which kind of job, and how a worker process finds that mapping
+from a `MODULE:NAME` on its command line."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Callable, Iterator, Mapping
+
+from queuecore.handling import Handler
+
+
+class Registry(Mapping[str, Handler]):
+    """A mapping of kind → handler filled by a decorator:
+
+        jobs = Registry()
+
+        @jobs.handler("email")
+        def send_email(job): ...
+
+    A plain dict serves a worker just as well; this only refuses a kind registered twice,
+    which would otherwise silently run the wrong code.
+    """
+
+    def __init__(self, handlers: Mapping[str, Handler] | None = None) -> None:
+        self._handlers: dict[str, Handler] = {}
+        for kind, fn in (handlers or {}).items():
+            self.add(kind, fn)
+
+    def add(self, kind: str, fn: Handler) -> None:
+        if not isinstance(kind, str) or not kind:
+            raise ValueError(f"kind must be a non-empty string, got {kind!r}")
+        if not callable(fn):
+            raise TypeError(f"the handler for {kind!r} is not callable: {fn!r}")
+        if kind in self._handlers:
+            raise ValueError(f"kind {kind!r} already has a handler: {self._handlers[kind]!r}")
+        self._handlers[kind] = fn
+
+    def handler(self, kind: str) -> Callable[[Handler], Handler]:
+        """Decorator: register the function as the handler of `kind`; returns it unchanged."""
+
+        def register(fn: Handler) -> Handler:
+            self.add(kind, fn)
+            return fn
+
+        return register
+
+    def __getitem__(self, kind: str) -> Handler:
+        return self._handlers[kind]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._handlers)
+
+    def __len__(self) -> int:
+        return len(self._handlers)
+
+    def __repr__(self) -> str:
+        return f"Registry({sorted(self._handlers)})"
+
+
+class RegistryNotFound(LookupError):
+    """`MODULE:NAME` does not name a mapping of kind → handler; the message says why."""
+
+
+def load_registry(spec: str) -> Mapping[str, Handler]:
+    """Import `MODULE:NAME` and check it is a mapping of kind → callable.
+
+    The current folder is importable, as it is for `python -m`, so a worker started
+    beside the application's code finds it without PYTHONPATH.
+    """
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise RegistryNotFound(
+            f"{spec!r} is not MODULE:REGISTRY (e.g. myapp.jobs:REGISTRY, a dict or a "
+            "queuecore.Registry of kind -> handler)"
+        )
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if module_name != missing and not module_name.startswith(missing + "."):
+            raise  # the module exists; something it imports is missing
+        raise RegistryNotFound(
+            f"cannot import {module_name!r} ({exc}); run the worker from the folder that "
+            "holds it, or add that folder to PYTHONPATH"
+        ) from exc
+    try:
+        handlers = getattr(module, attribute)
+    except AttributeError:
+        raise RegistryNotFound(f"module {module_name!r} has no attribute {attribute!r}") from None
+    if not isinstance(handlers, Mapping):
+        raise RegistryNotFound(
+            f"{spec} is a {type(handlers).__name__}, not a mapping of kind -> handler "
+            "(use a dict or a queuecore.Registry)"
+        )
+    not_callable = sorted(str(kind) for kind, fn in handlers.items() if not callable(fn))
+    if not_callable:
+        raise RegistryNotFound(f"{spec}: the handlers of {not_callable} are not callable")
+    return handlers
