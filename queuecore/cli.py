@@ -1,14 +1,104 @@
-"""The `queuecore` command line."""
+"""The `queuecore` command line: migrate, run workers, look at and mend the queue, demo.
+
+Exit codes: 0 success, 2 usage error (the command line names something wrong), 1 any
+other failure. Every failure prints one line on stderr that says what to do.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
+from sqlalchemy.exc import SQLAlchemyError
+
+from queuecore import validate
+from queuecore.connect import connect
 from queuecore.errors import QueuecoreError
 from queuecore.migrate import migrate
+from queuecore.table import render
+from queuecore.worker import Worker, first_line
+
+STATS_COLUMNS = ("queued", "running", "ready_now", "oldest_ready_age_s", "dead")
+
+
+class UsageError(Exception):
+    """The command line is wrong; exit 2."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse has printed the usage and the problem
+        return exc.code if isinstance(exc.code, int) else 2
+    try:
+        return args.command(args)
+    except (UsageError, ValueError, TypeError) as exc:  # the library's bad-input errors (R22)
+        print(f"queuecore {args.subcommand}: {exc}", file=sys.stderr)
+        return 2
+    except (QueuecoreError, SQLAlchemyError, ImportError, OSError) as exc:
+        print(f"queuecore {args.subcommand}: {_one_line(exc)}", file=sys.stderr)
+        return 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="queuecore", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="subcommand", required=True, metavar="COMMAND")
+
+    def command(name: str, run: Callable[[argparse.Namespace], int], **kw: Any) -> Any:
+        sub = commands.add_parser(name, **kw)
+        sub.set_defaults(command=run)
+        return sub
+
+    _dsn(command("migrate", _migrate, help="create or upgrade queuecore's schema"))
+
+    worker = command("worker", _worker, help="run handlers for jobs until SIGTERM/SIGINT")
+    worker.add_argument("registry", metavar="MODULE:REGISTRY", help="a mapping kind -> handler")
+    _dsn(worker)
+    worker.add_argument("--queues", type=_names, help="comma-separated queues (default: all)")
+    worker.add_argument("--concurrency", type=int, default=1, help="jobs at once (default 1)")
+    worker.add_argument("--prefetch", type=int, default=0, help="jobs claimed ahead (default 0)")
+    worker.add_argument("--lease-seconds", type=float, default=30.0, help="default 30")
+    worker.add_argument("--backoff-base", type=float, default=1.0, help="default 1")
+    worker.add_argument("--backoff-cap", type=float, default=60.0, help="default 60")
+    worker.add_argument("--poll-interval", type=float, default=1.0, help="idle poll, default 1")
+    worker.add_argument("--grace-seconds", type=float, default=30.0, help="default 30")
+    worker.add_argument("--exit-when-idle", type=float, metavar="S", help="exit after S idle s")
+    worker.add_argument("--name", help="worker name in the jobs table (default host-pid)")
+    worker.add_argument("--log-level", default="INFO", type=str.upper)
+
+    stats = command("stats", _stats, help="queued, running, ready and dead jobs per queue")
+    _dsn(stats)
+    stats.add_argument("--json", action="store_true", help="print JSON for machines")
+
+    dead = commands.add_parser("dead", help="the jobs that ran out of attempts")
+    dead_commands = dead.add_subparsers(dest="dead_command", required=True, metavar="ACTION")
+    listing = dead_commands.add_parser("list", help="the newest dead jobs")
+    listing.set_defaults(command=_dead_list)
+    _dsn(listing)
+    listing.add_argument("--queue")
+    listing.add_argument("--limit", type=int, default=50)
+    listing.add_argument("--json", action="store_true")
+    requeue = dead_commands.add_parser("requeue", help="give dead jobs another set of attempts")
+    requeue.set_defaults(command=_dead_requeue)
+    _dsn(requeue)
+    requeue.add_argument("ids", nargs="*", type=int, metavar="ID")
+    requeue.add_argument("--all", action="store_true", help="every dead job")
+
+    purge = command("purge", _purge, help="delete finished jobs older than S seconds")
+    _dsn(purge)
+    purge.add_argument("--older-than", type=float, required=True, metavar="S")
+    purge.add_argument("--states", type=_names, default=["done"], help="done,dead (default done)")
+
+    from queuecore import demo  # the demo's options live with the demo
+
+    demo.add_arguments(command("demo", demo.main, help="watch the queue survive chaos"))
+    return parser
 
 
 def _dsn(parser: argparse.ArgumentParser) -> None:
@@ -19,24 +109,133 @@ def _dsn(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="queuecore", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    _dsn(commands.add_parser("migrate", help="create or upgrade queuecore's schema"))
-    return parser
+def _names(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("name at least one")
+    return names
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def _need_dsn(args: argparse.Namespace) -> str:
     if not args.dsn:
-        parser.error("no database: pass --dsn or set QUEUECORE_DSN")
-    try:
-        revision = migrate(args.dsn)
-    except (QueuecoreError, ValueError, ModuleNotFoundError) as exc:
-        print(f"queuecore: {exc}", file=sys.stderr)
-        return 1
+        raise UsageError("no database: pass --dsn DSN or set QUEUECORE_DSN")
+    return args.dsn
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    if isinstance(exc, SQLAlchemyError):  # its text carries the SQL and a link; the cause is enough
+        text = str(getattr(exc, "orig", None) or exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+# --- commands ---------------------------------------------------------------------------
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    revision = migrate(_need_dsn(args))
     print(f"queuecore schema is at revision {revision}")
+    return 0
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from queuecore.registry import RegistryNotFound, load_registry
+
+    dsn = _need_dsn(args)
+    try:
+        handlers = load_registry(args.registry)
+    except RegistryNotFound as exc:
+        raise UsageError(str(exc)) from exc
+    validate.at_least("--concurrency", args.concurrency, 1)  # before it sizes the pool
+    logging.basicConfig(
+        level=args.log_level,
+        format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s",
+    )
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    queue = connect(
+        dsn,
+        lease_seconds=args.lease_seconds,
+        backoff_base=args.backoff_base,
+        backoff_cap=args.backoff_cap,
+        pool_size=args.concurrency + 2,  # slots, claimer, heartbeat: see Worker
+    )
+    try:
+        Worker(
+            queue,
+            handlers,
+            concurrency=args.concurrency,
+            queues=args.queues,
+            name=args.name,
+            prefetch=args.prefetch,
+            poll_interval=args.poll_interval,
+            grace_seconds=args.grace_seconds,
+            exit_when_idle=args.exit_when_idle,
+        ).run()
+    finally:
+        queue.close()
+    return 0
+
+
+def _stats(args: argparse.Namespace) -> int:
+    with connect(_need_dsn(args)) as queue:
+        stats = queue.stats()
+    if args.json:
+        print(json.dumps(stats, indent=2, sort_keys=True))
+        return 0
+    rows = [[name, *(s[c] for c in STATS_COLUMNS)] for name, s in sorted(stats["queues"].items())]
+    rows.append(["(all)", *(stats[c] for c in STATS_COLUMNS)])
+    print(render(["queue", "queued", "running", "ready now", "oldest ready (s)", "dead"], rows))
+    return 0
+
+
+def _dead_list(args: argparse.Namespace) -> int:
+    with connect(_need_dsn(args)) as queue:
+        dead = queue.dead_jobs(args.queue, limit=args.limit)
+    # Payloads are left out on purpose: they may hold secrets; `get` shows one on demand.
+    if args.json:
+        fields = ("id", "kind", "queue", "attempts", "max_attempts", "last_error")
+        listed = [
+            {**{f: getattr(j, f) for f in fields}, "finished_at": j.finished_at.isoformat()}
+            for j in dead
+        ]
+        print(json.dumps(listed, indent=2))
+        return 0
+    if not dead:
+        print("no dead jobs")
+        return 0
+    rows = [
+        [
+            j.id,
+            j.kind,
+            j.queue,
+            j.attempts,
+            f"{j.finished_at:%Y-%m-%d %H:%M:%S}",
+            first_line(j.last_error or "")[:70],
+        ]
+        for j in dead
+    ]
+    print(render(["id", "kind", "queue", "attempts", "died (UTC)", "last error"], rows))
+    print("\nrequeue some with: queuecore dead requeue ID [ID ...]   (or --all)")
+    return 0
+
+
+def _dead_requeue(args: argparse.Namespace) -> int:
+    if bool(args.ids) == args.all:
+        raise UsageError("name the dead jobs to requeue (ID ...), or pass --all")
+    with connect(_need_dsn(args)) as queue:
+        requeued = queue.requeue_dead(None if args.all else args.ids)
+    missing = sorted(set(args.ids) - set(requeued))
+    print(f"requeued {len(requeued)} job(s)" + (f": {requeued}" if requeued else ""))
+    if missing:
+        print(f"not dead (or no such job), left alone: {missing}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _purge(args: argparse.Namespace) -> int:
+    with connect(_need_dsn(args)) as queue:
+        purged = queue.purge(older_than=args.older_than, states=args.states)
+    print(f"purged {purged} finished job(s) older than {args.older_than:g}s")
     return 0
 
 

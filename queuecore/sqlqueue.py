@@ -110,6 +110,8 @@ class SQLQueue:
         self._stmt_live_counts = s.live_counts(now)
         self._stmt_dead_counts = s.dead_counts()
         self._stmt_get = s.get()
+        self._stmt_dead_all = s.dead_jobs(by_queue=False)
+        self._stmt_dead_in_queue = s.dead_jobs(by_queue=True)
         self._stmt_purge = {name: s.purge_batch(now, state) for name, state in PURGEABLE.items()}
         fresh = {"visible_at": now + bindparam("delay", type_=Double), "created_at": now}
         at = {"visible_at": bindparam("run_at", type_=Double), "created_at": now}
@@ -403,24 +405,17 @@ class SQLQueue:
     def get(self, job_id: int) -> JobSnapshot | None:
         with self._read() as conn:
             row = conn.execute(self._stmt_get, {"job_id": validate.job_id(job_id)}).first()
-        if row is None:
-            return None
-        return JobSnapshot(
-            id=row.id,
-            kind=row.kind,
-            queue=row.queue,
-            payload=row.payload,
-            priority=row.priority,
-            state=row.state,
-            attempts=row.attempts,
-            max_attempts=row.max_attempts,
-            last_error=row.last_error,
-            worker=row.worker,
-            dedupe_key=row.dedupe_key,
-            created_at=to_datetime(row.created_at),
-            visible_at=to_datetime(row.visible_at),
-            finished_at=to_datetime(row.finished_at),
-        )
+        return None if row is None else _snapshot(row)
+
+    @reconnecting(after_commit=True)
+    def dead_jobs(self, queue: str | None = None, *, limit: int = 100) -> list[JobSnapshot]:
+        """The newest dead jobs (all queues, or one), for a person deciding what to requeue."""
+        params: dict[str, Any] = {"limit": validate.at_least("limit", limit, 1)}
+        stmt = self._stmt_dead_all
+        if queue is not None:
+            params["queue"], stmt = validate.queue_name(queue), self._stmt_dead_in_queue
+        with self._read() as conn:
+            return [_snapshot(row) for row in conn.execute(stmt, params)]
 
     def close(self) -> None:
         self.engine.dispose()
@@ -430,6 +425,25 @@ class SQLQueue:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _snapshot(row: Any) -> JobSnapshot:
+    return JobSnapshot(
+        id=row.id,
+        kind=row.kind,
+        queue=row.queue,
+        payload=row.payload,
+        priority=row.priority,
+        state=row.state,
+        attempts=row.attempts,
+        max_attempts=row.max_attempts,
+        last_error=row.last_error,
+        worker=row.worker,
+        dedupe_key=row.dedupe_key,
+        created_at=to_datetime(row.created_at),
+        visible_at=to_datetime(row.visible_at),
+        finished_at=to_datetime(row.finished_at),
+    )
 
 
 def _empty_stats() -> dict[str, Any]:

@@ -19,7 +19,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.elements import ColumnElement
 
-from queuecore.schema import DEAD, DONE, IS_RUNNING, LIVE, QUEUED, RUNNING, jobs
+from queuecore.schema import DEAD, DONE, IS_DEAD, IS_RUNNING, LIVE, QUEUED, RUNNING, jobs
 
 LEASE_EXPIRED_ON_LAST_ATTEMPT = "lease expired on the last attempt"
 
@@ -186,3 +186,11 @@ def purge_batch(now: Now, state: ColumnElement[str]) -> Delete:
 
 def get() -> Select:
     return select(jobs).where(jobs.c.id == bindparam("job_id"))
+
+
+def dead_jobs(*, by_queue: bool) -> Select:
+    """The dead-letter list for a person, newest first; reads dead rows only."""
+    stmt = select(jobs).where(IS_DEAD)
+    if by_queue:
+        stmt = stmt.where(jobs.c.queue == bindparam("queue"))
+    return stmt.order_by(jobs.c.finished_at.desc(), jobs.c.id.desc()).limit(bindparam("limit"))
