@@ -35,6 +35,7 @@ log = logging.getLogger("queuecore.worker")
 
 FIRST_IDLE_PAUSE = 0.05
 LISTEN_PROBE_TIMEOUT = 2.0
+LISTEN_SLICE = 0.2  # how long a stopping worker may wait for its listener thread
 
 
 class Worker:
@@ -382,7 +383,7 @@ class Worker:
                 self._wake.set()  # the claimer now waits on notifications, not a short pause
                 log.info("listening for new jobs; polling every %.1fs too", self.poll_interval)
                 while not self._finished.is_set():
-                    names = listener.wait(0.5)
+                    names = listener.wait(LISTEN_SLICE)
                     if any(self.queues is None or n in self.queues for n in names):
                         self._wake.set()
             except Exception as exc:

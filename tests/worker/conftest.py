@@ -1,0 +1,13 @@
+"""Worker tests reuse the conformance fixtures: every test on both backends, its own
+migrated database, a fake clock, a pinned random source."""
+
+from tests.conformance.conftest import (  # noqa: F401 - fixtures are registered by import
+    backend,
+    clock,
+    dsn,
+    empty_dsn,
+    make_queue,
+    postgres_database,
+    queue,
+    sqlite_template,
+)

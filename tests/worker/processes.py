@@ -1,0 +1,70 @@
+"""Starting real `queuecore` processes from tests, the way a person would."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def queuecore_env() -> dict[str, str]:
+    """Never a DSN from the developer's shell; the repository importable, so
+    `tests.worker.handlers:REGISTRY` is found as an application's module would be."""
+    env = {k: v for k, v in os.environ.items() if k != "QUEUECORE_DSN"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return env
+
+
+def queuecore_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "queuecore", *args]
+
+
+@contextmanager
+def queuecore_process(*args: str, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """`queuecore ARGS...` in the background, its output in `log`; killed if the test
+    leaves it running."""
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            queuecore_command(*args),
+            cwd=REPO,
+            env=queuecore_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def wait_until(
+    condition: Callable[[], object], proc: subprocess.Popen[bytes], log: Path, timeout: float = 30
+) -> None:
+    """Wait for `condition` while the process lives; on failure, show its log."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert proc.poll() is None, f"the process ended early:\n{log.read_text()}"
+        assert time.monotonic() < deadline, f"timed out; the process said:\n{log.read_text()}"
+        time.sleep(0.02)
+
+
+def run_queuecore(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run `queuecore ARGS...` to its end."""
+    return subprocess.run(
+        queuecore_command(*args),
+        cwd=REPO,
+        env=queuecore_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )

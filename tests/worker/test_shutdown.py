@@ -1,0 +1,37 @@
+"""W4 with a real process and a real signal: SIGTERM lets the running handler finish,
+gives back the jobs claimed ahead without burning their attempt, and exits 0."""
+
+from __future__ import annotations
+
+import signal
+
+from tests.worker.processes import queuecore_process, wait_until
+
+WORKER = ("worker", "tests.worker.handlers:REGISTRY")
+
+
+def test_w4_sigterm_finishes_the_running_job_releases_the_rest_and_exits_0(
+    make_queue, dsn, tmp_path
+):
+    queue = make_queue(clock=None)  # the worker process reads the real clock
+    started = tmp_path / "started"
+    slow = queue.enqueue("slow", {"started": str(started), "seconds": 1.5}, priority=0).id
+    ahead = [queue.enqueue("quick", {}, priority=1).id for _ in range(2)]
+    log = tmp_path / "worker.log"
+    with queuecore_process(*WORKER, "--dsn", dsn, "--prefetch", "2", log=log) as worker:
+        wait_until(started.exists, worker, log)
+        # One claim took all three: the slow one runs, the other two wait for the slot.
+        assert [queue.get(i).state for i in ahead] == ["running", "running"]
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=30) == 0, log.read_text()
+    assert queue.get(slow).state == "done"
+    assert [(queue.get(i).state, queue.get(i).attempts) for i in ahead] == [("queued", 0)] * 2
+    assert "SIGTERM" in log.read_text()
+
+
+def test_w4_sigint_is_a_graceful_stop_too(dsn, tmp_path):
+    log = tmp_path / "worker.log"
+    with queuecore_process(*WORKER, "--dsn", dsn, log=log) as worker:
+        wait_until(lambda: "started:" in log.read_text(), worker, log)
+        worker.send_signal(signal.SIGINT)
+        assert worker.wait(timeout=30) == 0, log.read_text()

@@ -1,0 +1,250 @@
+"""The worker in-process, on both backends, with the fake clock where time matters."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+import queuecore
+from queuecore import Permanent, Registry, Retry, Worker, current_lease
+
+effects = sa.Table(
+    "test_worker_effects", sa.MetaData(), sa.Column("job_id", sa.BigInteger, nullable=False)
+)
+
+
+@pytest.fixture
+def effect_rows(queue: Any) -> Iterator[Callable[[], list[int]]]:
+    """A table handlers write to through their effect; returns a reader of its job ids."""
+    effects.drop(queue.engine, checkfirst=True)
+    effects.create(queue.engine)
+
+    def read() -> list[int]:
+        with queue.engine.connect() as conn:
+            return sorted(conn.execute(sa.select(effects.c.job_id)).scalars())
+
+    yield read
+    effects.drop(queue.engine)
+
+
+def write_effect(job: queuecore.Job) -> Callable[[sa.Connection], None]:
+    def effect(conn: sa.Connection) -> None:
+        conn.execute(effects.insert().values(job_id=job.id))
+
+    return effect
+
+
+def drain(queue: Any, handlers: Any, **options: Any) -> None:
+    """Run a worker until nothing is ready (the fake clock never makes retries ready)."""
+    options.setdefault("poll_interval", 0.05)
+    Worker(queue, handlers, exit_when_idle=0, **options).run()
+
+
+class Background:
+    """A worker on a thread of its own, for tests that act while handlers run."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.thread = threading.Thread(target=worker.run)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.worker.stop()
+        self.join()
+
+    def join(self) -> None:
+        self.thread.join(timeout=30)
+        assert not self.thread.is_alive(), "the worker did not stop"
+
+
+def wait_for(condition: Callable[[], object], what: str, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def test_w1_the_effect_is_committed_with_the_completion(queue, effect_rows):
+    job_id = queue.enqueue("write", {}).id
+    drain(queue, {"write": write_effect})
+    assert queue.get(job_id).state == "done"
+    assert effect_rows() == [job_id]
+
+
+def test_w1_an_exception_fails_the_job_and_the_worker_goes_on(queue, caplog):
+    caplog.set_level(logging.INFO, logger="queuecore")
+    handlers = Registry()
+
+    @handlers.handler("boom")
+    def boom(job):
+        raise ValueError("the payload was not what we hoped")
+
+    handlers.add("ok", lambda job: None)
+    failing = queue.enqueue("boom", {"password": "hunter2"}).id
+    fine = [queue.enqueue("ok", {"password": "hunter2"}).id for _ in range(2)]
+    drain(queue, handlers)
+
+    snap = queue.get(failing)
+    assert (snap.state, snap.attempts) == ("queued", 1)
+    assert snap.last_error.startswith("ValueError: the payload was not what we hoped")
+    assert [queue.get(i).state for i in fine] == ["done", "done"]
+    outcomes = [r for r in caplog.records if r.getMessage().startswith("job ")]
+    assert len(outcomes) == 3  # one line per job outcome
+    assert "hunter2" not in caplog.text  # payloads never reach the log
+
+
+def test_w1_permanent_sends_the_job_straight_to_dead(queue):
+    def refuse(job):
+        raise Permanent("no such account")
+
+    job_id = queue.enqueue("refuse", {}).id
+    drain(queue, {"refuse": refuse})
+    snap = queue.get(job_id)
+    assert (snap.state, snap.attempts) == ("dead", 1)
+    assert snap.last_error.startswith("Permanent: no such account")
+
+
+def test_w1_retry_sets_the_next_delay(queue, clock):
+    def later(job):
+        raise Retry(7)
+
+    job_id = queue.enqueue("later", {}).id
+    drain(queue, {"later": later})
+    snap = queue.get(job_id)
+    assert snap.state == "queued"
+    # The backoff would give 1 s for a first failure (rng pinned to 1.0): this is Retry's.
+    assert snap.visible_at.timestamp() == clock.now + 7
+
+
+def test_w2_a_kind_without_a_handler_is_retried_with_an_error_naming_it(queue):
+    job_id = queue.enqueue("invoice.send", {}).id
+    drain(queue, {"other": lambda job: None})
+    snap = queue.get(job_id)
+    assert (snap.state, snap.attempts) == ("queued", 1)
+    assert "invoice.send" in snap.last_error
+
+
+def test_w1_an_effect_that_raises_rolls_back_and_fails_the_job(queue, effect_rows):
+    def half_effect(job):
+        def effect(conn):
+            write_effect(job)(conn)
+            raise RuntimeError("constraint violated")
+
+        return effect
+
+    job_id = queue.enqueue("half", {}).id
+    drain(queue, {"half": half_effect})
+    snap = queue.get(job_id)
+    assert snap.state == "queued"
+    assert snap.last_error.startswith("RuntimeError: constraint violated")
+    assert effect_rows() == []
+
+
+def test_w1_a_handler_returning_something_else_than_an_effect_fails(queue):
+    job_id = queue.enqueue("answer", {}).id
+    drain(queue, {"answer": lambda job: 42})
+    snap = queue.get(job_id)
+    assert snap.state == "queued"
+    assert "returned int" in snap.last_error
+
+
+def test_concurrency_runs_that_many_jobs_at_once(queue):
+    together = threading.Barrier(3, timeout=10)  # breaks unless three handlers meet
+
+    def meet(job):
+        together.wait()
+
+    ids = [queue.enqueue("meet", {}).id for _ in range(3)]
+    drain(queue, {"meet": meet}, concurrency=3)
+    assert [queue.get(i).state for i in ids] == ["done"] * 3
+
+
+def test_w3_heartbeats_keep_the_lease_of_a_long_handler(make_queue, clock):
+    queue = make_queue(lease_seconds=10)
+    started, finish = threading.Event(), threading.Event()
+
+    def long(job):
+        started.set()
+        assert finish.wait(20)
+
+    job_id = queue.enqueue("long", {}).id
+    worker = Background(Worker(queue, {"long": long}, heartbeat_seconds=0.05))
+    try:
+        assert started.wait(10)
+        for _ in range(3):  # 24 s in all: far past the 10 s lease
+            clock.advance(8)
+            wait_for(
+                lambda: queue.get(job_id).visible_at.timestamp() == clock.now + 10,
+                "a heartbeat",
+            )
+        assert queue.claim("someone-else") == []
+        finish.set()
+        wait_for(lambda: queue.get(job_id).state == "done", "the job to finish")
+    finally:
+        finish.set()
+        worker.stop()
+    assert queue.get(job_id).attempts == 1
+
+
+def test_w3_a_handler_can_see_that_its_lease_was_lost(make_queue, clock, effect_rows):
+    queue = make_queue(lease_seconds=10)
+    started, seen = threading.Event(), []
+
+    def patient(job):
+        started.set()
+        seen.append(current_lease().lost.wait(20))
+        return write_effect(job)
+
+    job_id = queue.enqueue("patient", {}).id
+    worker = Background(Worker(queue, {"patient": patient}, heartbeat_seconds=0.2))
+    try:
+        assert started.wait(10)
+        stolen: list = []
+        for _ in range(50):  # the lease runs out; take the job before a heartbeat renews it
+            clock.advance(11)
+            stolen = queue.claim("thief")
+            if stolen:
+                break
+        assert stolen, "the job could never be taken over"
+        wait_for(lambda: seen, "the handler to notice")
+    finally:
+        worker.stop()
+    assert seen == [True]
+    snap = queue.get(job_id)
+    assert (snap.state, snap.worker, snap.attempts) == ("running", "thief", 2)
+    assert effect_rows() == []  # the late completion was refused, effect and all
+
+
+def test_w4_stop_finishes_running_handlers_and_releases_unstarted_jobs(queue):
+    started, finish = threading.Event(), threading.Event()
+
+    def first(job):
+        started.set()
+        assert finish.wait(20)
+
+    running = queue.enqueue("first", {}, priority=0).id
+    waiting = [queue.enqueue("later", {}, priority=1).id for _ in range(2)]
+    handlers = {"first": first, "later": lambda job: None}
+    worker = Background(Worker(queue, handlers, prefetch=2, poll_interval=0.05))
+    try:
+        assert started.wait(10)
+        assert [queue.get(i).state for i in waiting] == ["running"] * 2  # claimed ahead
+        worker.worker.stop()
+    finally:
+        finish.set()
+        worker.join()
+    assert queue.get(running).state == "done"
+    assert [(queue.get(i).state, queue.get(i).attempts) for i in waiting] == [("queued", 0)] * 2
+
+
+def test_registry_refuses_a_kind_twice():
+    handlers = Registry({"a": lambda job: None})
+    with pytest.raises(ValueError, match="already has a handler"):
+        handlers.add("a", lambda job: None)
+    assert list(handlers) == ["a"]
