@@ -97,20 +97,28 @@ class WorkerPool:
                 self.procs[i] = self._spawn()
 
     def kill_one(self, rng: random.Random) -> None:
-        alive = [p for p in self.procs if p.poll() is None]
-        if alive:
-            rng.choice(alive).kill()
+        """SIGKILL a random worker, and start another in its place."""
+        i = rng.randrange(len(self.procs))
+        victim = self.procs[i]
+        if victim.poll() is None:
+            victim.kill()
             self.killed += 1
+        self.exits[victim.wait()] += 1
+        self.procs[i] = self._spawn()
 
     def stop(self, grace: float = 15.0) -> list[int]:
-        """SIGTERM (W4) and wait; returns the exit codes (0 is a graceful stop)."""
+        """SIGTERM every live worker (W4) and wait; returns their exit codes (0: graceful)."""
+        live = []
         for proc in self.procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
                 proc.send_signal(signal.SIGCONT)  # a frozen one must run to hear it
+                live.append(proc)
+            else:
+                self.exits[proc.returncode] += 1
         deadline = time.monotonic() + grace
         codes = []
-        for proc in self.procs:
+        for proc in live:
             try:
                 codes.append(proc.wait(timeout=max(0.1, deadline - time.monotonic())))
             except subprocess.TimeoutExpired:
@@ -205,7 +213,7 @@ def run(
             command = worker_command(dsn, queue_name, concurrency, lease_seconds)
             pool = WorkerPool(command, workers, log)
             try:
-                elapsed = _supervise(
+                elapsed = supervise(
                     queue, queue_name, len(kinds), pool, rng, kill_every, timeout, out
                 )
             finally:
@@ -236,7 +244,7 @@ def _introduce(
     print(render(["kind", "jobs", "max attempts", "what it does"], rows) + "\n", file=out)
 
 
-def _supervise(
+def supervise(
     queue: Any,
     queue_name: str,
     total: int,
@@ -246,8 +254,8 @@ def _supervise(
     timeout: float,
     out: IO[str],
 ) -> float:
-    """Keep the pool full, kill a worker now and then, until no job is left unfinished
-    (or `timeout`); returns the seconds it took."""
+    """Start the pool, keep it full, kill a worker now and then, until no job of the queue
+    is left unfinished (or `timeout`); returns the seconds it took."""
     progress = Progress(total, out)
     started = time.monotonic()
     next_kill = started + kill_every
@@ -261,10 +269,10 @@ def _supervise(
             progress.show(now - started, done, stats["dead"], stats["running"], pool.killed)
             if unfinished == 0 or now - started > timeout:
                 return now - started
+            pool.replace_ended()
             if kill_every and now >= next_kill:
                 pool.kill_one(rng)
                 next_kill = now + rng.uniform(0.5, 1.5) * kill_every
-            pool.replace_ended()
             time.sleep(0.1)
     finally:
         progress.close()

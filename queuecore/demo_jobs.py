@@ -49,6 +49,8 @@ class Kind:
     succeeds: bool  # done with one ledger row; otherwise dead after exactly max_attempts
     max_attempts: int
     what: str
+    priority: int = 0
+    spread: float = 0.0  # enqueued with a delay of up to this many leases
 
 
 # Kinds that succeed get attempts to spare for the supervisor's random kills; the two that
@@ -57,7 +59,9 @@ KINDS = (
     Kind("ordinary", 0.65, True, 8, "a few milliseconds of work"),
     Kind("flaky", 0.12, True, 8, "fails its first attempt, succeeds on a retry"),
     Kind("slow", 0.05, True, 8, "runs 1.5 leases long; heartbeats keep its lease"),
-    Kind("stall", 0.04, True, 8, "freezes its whole worker past the lease on attempt 1"),
+    # Urgent, and arriving over the run: when its frozen worker's lease runs out it is first
+    # in line, so another worker takes it over while the frozen one still holds it.
+    Kind("stall", 0.04, True, 8, "freezes its worker past the lease on attempt 1", -1, 4.0),
     Kind("poison", 0.03, False, 3, "kills its worker process (SIGKILL), every attempt"),
     Kind("hopeless", 0.11, False, 3, "always raises"),
 )
@@ -168,13 +172,16 @@ def enqueue_mix(
     by_name: Mapping[str, Kind] = {k.name: k for k in KINDS}
     ids: dict[int, str] = {}
     with engine.begin() as conn:
-        for kind in plan(total, rng):
+        for name in plan(total, rng):
+            kind = by_name[name]
             res = queue.enqueue(
-                kind,
-                payload(kind, lease_seconds, rng),
+                name,
+                payload(name, lease_seconds, rng),
                 queue=queue_name,
-                max_attempts=by_name[kind].max_attempts,
+                delay=rng.uniform(0, kind.spread * lease_seconds),
+                priority=kind.priority,
+                max_attempts=kind.max_attempts,
                 conn=conn,
             )
-            ids[res.id] = kind
+            ids[res.id] = name
     return ids
