@@ -35,7 +35,8 @@ log = logging.getLogger("queuecore.worker")
 
 FIRST_IDLE_PAUSE = 0.05
 LISTEN_PROBE_TIMEOUT = 2.0
-LISTEN_SLICE = 0.2  # how long a stopping worker may wait for its listener thread
+LISTEN_SLICE = 0.2
+SIGNAL_CHECK_SECONDS = 0.2  # how long a stopping worker may wait for its listener thread
 
 
 class Worker:
@@ -111,7 +112,11 @@ class Worker:
         try:
             claimer = threading.Thread(target=self._serve_reporting, name="queuecore-claimer")
             claimer.start()
-            claimer.join()
+            # Not one long join(): the kernel may hand SIGTERM to any thread (it does when
+            # the process was stopped, say), and Python runs the handler only when the main
+            # thread next runs bytecode; a blocked join() would wait for ever.
+            while claimer.is_alive():
+                claimer.join(SIGNAL_CHECK_SECONDS)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)

@@ -35,3 +35,14 @@ def test_w4_sigint_is_a_graceful_stop_too(dsn, tmp_path):
         wait_until(lambda: "started:" in log.read_text(), worker, log)
         worker.send_signal(signal.SIGINT)
         assert worker.wait(timeout=30) == 0, log.read_text()
+
+
+def test_w4_a_worker_stopped_when_sigterm_arrives_stops_gracefully_once_continued(dsn, tmp_path):
+    # Signalled while stopped, the process may take SIGTERM on any thread, not the main one.
+    log = tmp_path / "worker.log"
+    with queuecore_process(*WORKER, "--dsn", dsn, "--concurrency", "4", log=log) as worker:
+        wait_until(lambda: "started:" in log.read_text(), worker, log)
+        worker.send_signal(signal.SIGSTOP)
+        worker.send_signal(signal.SIGTERM)
+        worker.send_signal(signal.SIGCONT)
+        assert worker.wait(timeout=30) == 0, log.read_text()
