@@ -1,7 +1,7 @@
 """Worker tests reuse the conformance fixtures: every test on both backends, its own
 migrated database, a fake clock, a pinned random source."""
 
-from tests.conformance.conftest import (  # noqa: F401 - fixtures are registered by import
+from tests.conformance.conftest import (
     backend,
     clock,
     dsn,
@@ -11,3 +11,14 @@ from tests.conformance.conftest import (  # noqa: F401 - fixtures are registered
     queue,
     sqlite_template,
 )
+
+__all__ = [
+    "backend",
+    "clock",
+    "dsn",
+    "empty_dsn",
+    "make_queue",
+    "postgres_database",
+    "queue",
+    "sqlite_template",
+]

@@ -13,11 +13,9 @@ from queuecore import Worker
 POLL_INTERVAL = 30.0
 
 
-def test_w6_an_idle_worker_is_woken_by_notify_well_before_its_poll_interval(
-    backend, make_queue, caplog
-):
-    if backend != "postgresql":
-        pytest.skip("LISTEN/NOTIFY is PostgreSQL's")
+@pytest.mark.postgresql_only
+@pytest.mark.parametrize("backend", ["postgresql"])
+def test_w6_an_idle_worker_is_woken_by_notify_well_before_its_poll_interval(make_queue):
     queue = make_queue(clock=None)
     done = threading.Event()
     worker = Worker(queue, {"ping": lambda job: done.set()}, poll_interval=POLL_INTERVAL)
