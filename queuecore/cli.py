@@ -17,9 +17,10 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from queuecore import validate
-from queuecore.connect import connect
+from queuecore.connect import connect, to_url
 from queuecore.errors import QueuecoreError
 from queuecore.migrate import migrate
+from queuecore.registry import RegistryNotFound, load_registry
 from queuecore.table import render
 from queuecore.worker import Worker, first_line
 
@@ -55,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(command=run)
         return sub
 
-    _dsn(command("migrate", _migrate, help="create or upgrade queuecore's schema"))
+    _dsn(command("migrate", _migrate, help="create or upgrade queuecore's schema"), driver=False)
 
     worker = command("worker", _worker, help="run handlers for jobs until SIGTERM/SIGINT")
     worker.add_argument("registry", metavar="MODULE:REGISTRY", help="a mapping kind -> handler")
@@ -101,12 +102,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _dsn(parser: argparse.ArgumentParser) -> None:
+def _dsn(parser: argparse.ArgumentParser, *, driver: bool = True) -> None:
     parser.add_argument(
         "--dsn",
         default=os.environ.get("QUEUECORE_DSN"),
         help="database URL (default: $QUEUECORE_DSN)",
     )
+    if driver:
+        parser.add_argument(
+            "--sqlite-driver",
+            metavar="MODULE",
+            help="SQLite only: the DB-API module, e.g. pysqlite3 for a newer SQLite",
+        )
 
 
 def _names(text: str) -> list[str]:
@@ -120,6 +127,15 @@ def _need_dsn(args: argparse.Namespace) -> str:
     if not args.dsn:
         raise UsageError("no database: pass --dsn DSN or set QUEUECORE_DSN")
     return args.dsn
+
+
+def _open(args: argparse.Namespace, **options: Any) -> Any:
+    dsn = _need_dsn(args)
+    if args.sqlite_driver:
+        if to_url(dsn).get_backend_name() != "sqlite":
+            raise UsageError("--sqlite-driver is for SQLite databases only")
+        options["sqlite_driver"] = args.sqlite_driver
+    return connect(dsn, **options)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -139,9 +155,7 @@ def _migrate(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from queuecore.registry import RegistryNotFound, load_registry
-
-    dsn = _need_dsn(args)
+    _need_dsn(args)  # the first thing to say when it is missing
     try:
         handlers = load_registry(args.registry)
     except RegistryNotFound as exc:
@@ -152,8 +166,8 @@ def _worker(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s",
     )
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    queue = connect(
-        dsn,
+    queue = _open(
+        args,
         lease_seconds=args.lease_seconds,
         backoff_base=args.backoff_base,
         backoff_cap=args.backoff_cap,
@@ -177,7 +191,7 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 def _stats(args: argparse.Namespace) -> int:
-    with connect(_need_dsn(args)) as queue:
+    with _open(args) as queue:
         stats = queue.stats()
     if args.json:
         print(json.dumps(stats, indent=2, sort_keys=True))
@@ -189,7 +203,7 @@ def _stats(args: argparse.Namespace) -> int:
 
 
 def _dead_list(args: argparse.Namespace) -> int:
-    with connect(_need_dsn(args)) as queue:
+    with _open(args) as queue:
         dead = queue.dead_jobs(args.queue, limit=args.limit)
     # Payloads are left out on purpose: they may hold secrets; `get` shows one on demand.
     if args.json:
@@ -222,7 +236,7 @@ def _dead_list(args: argparse.Namespace) -> int:
 def _dead_requeue(args: argparse.Namespace) -> int:
     if bool(args.ids) == args.all:
         raise UsageError("name the dead jobs to requeue (ID ...), or pass --all")
-    with connect(_need_dsn(args)) as queue:
+    with _open(args) as queue:
         requeued = queue.requeue_dead(None if args.all else args.ids)
     missing = sorted(set(args.ids) - set(requeued))
     print(f"requeued {len(requeued)} job(s)" + (f": {requeued}" if requeued else ""))
@@ -233,7 +247,7 @@ def _dead_requeue(args: argparse.Namespace) -> int:
 
 
 def _purge(args: argparse.Namespace) -> int:
-    with connect(_need_dsn(args)) as queue:
+    with _open(args) as queue:
         purged = queue.purge(older_than=args.older_than, states=args.states)
     print(f"purged {purged} finished job(s) older than {args.older_than:g}s")
     return 0

@@ -24,7 +24,7 @@ from typing import IO, Any
 
 from sqlalchemy import Engine, and_, func, select
 
-from queuecore.connect import connect
+from queuecore.connect import connect, to_url
 from queuecore.demo_jobs import KINDS, enqueue_mix, ledger
 from queuecore.schema import jobs
 from queuecore.table import render
@@ -127,8 +127,15 @@ class WorkerPool:
         return codes
 
 
-def worker_command(dsn: str, queue_name: str, concurrency: int, lease_seconds: float) -> list[str]:
+def worker_command(
+    dsn: str,
+    queue_name: str,
+    concurrency: int,
+    lease_seconds: float,
+    sqlite_driver: str | None = None,
+) -> list[str]:
     """The worker exactly as a person would start it, with short leases and backoff."""
+    driver = ["--sqlite-driver", sqlite_driver] if sqlite_driver else []
     return [
         sys.executable,
         "-m",
@@ -151,7 +158,27 @@ def worker_command(dsn: str, queue_name: str, concurrency: int, lease_seconds: f
         "0.25",
         "--grace-seconds",
         "5",
+        *driver,
     ]
+
+
+def fixed_sqlite_driver(dsn: str) -> str | None:
+    """ "pysqlite3" when the DSN is SQLite, the stdlib's SQLite has the WAL-reset bug (many
+    worker processes writing at once is exactly its pattern) and pysqlite3 is installed
+    with a fixed one; None: the default driver will do, or nothing better is at hand."""
+    if to_url(dsn).get_backend_name() != "sqlite":
+        return None
+    import sqlite3
+
+    from queuecore.backends.sqlite import has_wal_reset_fix
+
+    if has_wal_reset_fix(sqlite3.sqlite_version_info):
+        return None
+    try:
+        from pysqlite3 import dbapi2 as pysqlite3
+    except ModuleNotFoundError:
+        return None
+    return "pysqlite3" if has_wal_reset_fix(pysqlite3.sqlite_version_info) else None
 
 
 class Progress:
@@ -197,7 +224,10 @@ def run(
     """The whole demo on `dsn`; True when the verdict is PASS. Logs go to `folder`."""
     rng = random.Random(seed)
     queue_name = f"demo-{seed:x}-{int(time.time())}"  # its own queue: a shared database is fine
-    queue: Any = connect(dsn, lease_seconds=lease_seconds)
+    driver = fixed_sqlite_driver(dsn)
+    queue: Any = connect(
+        dsn, lease_seconds=lease_seconds, **({"sqlite_driver": driver} if driver else {})
+    )
     try:
         ledger.create(queue.engine, checkfirst=True)
         kinds = enqueue_mix(
@@ -210,7 +240,7 @@ def run(
         )
         _introduce(out, dsn, kinds, workers, concurrency, lease_seconds, kill_every)
         with open(folder / "workers.log", "ab") as log:
-            command = worker_command(dsn, queue_name, concurrency, lease_seconds)
+            command = worker_command(dsn, queue_name, concurrency, lease_seconds, driver)
             pool = WorkerPool(command, workers, log)
             try:
                 elapsed = supervise(

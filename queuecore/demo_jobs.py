@@ -15,6 +15,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -125,20 +126,27 @@ def hopeless(job: Job) -> None:
     raise ValueError("invalid input, though not marked Permanent (hopeless by design)")
 
 
+_one_freeze_at_a_time = threading.Lock()
+
+
 def freeze_this_process(seconds: float) -> None:
     """Stop the whole process, heartbeat thread included, as a VM pause or a long
-    stop-the-world would; a helper process thaws it after `seconds`."""
+    stop-the-world would; a helper process thaws it after `seconds`.
+
+    One freeze at a time: two overlapping ones could end with both helpers' SIGCONTs
+    spent before the second SIGSTOP lands, leaving the process stopped for good."""
     thaw = (
         "import contextlib, os, signal, time\n"
         f"time.sleep({seconds!r})\n"
         "with contextlib.suppress(ProcessLookupError):  # killed while frozen\n"
         f"    os.kill({os.getpid()}, signal.SIGCONT)\n"
     )
-    helper = subprocess.Popen([sys.executable, "-c", thaw], start_new_session=True)
-    os.kill(os.getpid(), signal.SIGSTOP)
-    # The stop reaches every thread, this one included, only a moment later: wait for the
-    # thaw so the handler cannot finish before it.
-    helper.wait()
+    with _one_freeze_at_a_time:
+        helper = subprocess.Popen([sys.executable, "-c", thaw], start_new_session=True)
+        os.kill(os.getpid(), signal.SIGSTOP)
+        # The stop reaches every thread, this one included, only a moment later: wait for
+        # the thaw so the handler cannot finish before it.
+        helper.wait()
 
 
 def payload(kind: str, lease_seconds: float, rng: random.Random) -> dict[str, Any]:

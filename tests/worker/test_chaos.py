@@ -15,7 +15,7 @@ from collections import Counter
 
 import sqlalchemy as sa
 
-from queuecore.demo import WorkerPool, supervise, worker_command
+from queuecore.demo import WorkerPool, fixed_sqlite_driver, supervise, worker_command
 from queuecore.demo_jobs import KINDS, enqueue_mix, ledger
 from queuecore.schema import jobs
 
@@ -42,7 +42,8 @@ def test_chaos_every_job_ends_as_its_kind_must_with_exactly_one_effect(make_queu
     )
     log_path = tmp_path / "workers.log"
     with open(log_path, "ab") as log:
-        pool = WorkerPool(worker_command(dsn, queue_name, 2, LEASE_SECONDS), WORKERS, log)
+        command = worker_command(dsn, queue_name, 2, LEASE_SECONDS, fixed_sqlite_driver(dsn))
+        pool = WorkerPool(command, WORKERS, log)
         try:
             supervise(queue, queue_name, JOBS, pool, rng, KILL_EVERY, DEADLINE, io.StringIO())
         finally:
