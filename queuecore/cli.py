@@ -69,7 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--backoff-cap", type=float, default=60.0, help="default 60")
     worker.add_argument("--poll-interval", type=float, default=1.0, help="idle poll, default 1")
     worker.add_argument("--grace-seconds", type=float, default=30.0, help="default 30")
-    worker.add_argument("--exit-when-idle", type=float, metavar="S", help="exit after S idle s")
+    worker.add_argument(
+        "--exit-when-idle", type=float, metavar="S", help="exit once no job was ready for S s"
+    )
     worker.add_argument("--name", help="worker name in the jobs table (default host-pid)")
     worker.add_argument("--log-level", default="INFO", type=str.upper)
 

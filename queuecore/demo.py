@@ -24,6 +24,7 @@ from typing import IO, Any
 
 from sqlalchemy import Engine, and_, func, select
 
+from queuecore import validate
 from queuecore.connect import connect, to_url
 from queuecore.demo_jobs import KINDS, enqueue_mix, ledger
 from queuecore.schema import jobs
@@ -43,7 +44,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--concurrency", type=int, default=2, help="jobs at once per worker")
     parser.add_argument("--lease-seconds", type=float, default=2.0, help="default 2")
     parser.add_argument(
-        "--kill-every", type=float, default=3.0, metavar="S", help="SIGKILL a worker every ~S s"
+        "--kill-every",
+        type=float,
+        default=3.0,
+        metavar="S",
+        help="SIGKILL a worker every ~S s (0: never)",
     )
     parser.add_argument("--timeout", type=float, default=120.0, help="give up after (s)")
     parser.add_argument("--seed", type=int, default=None, help="the mix's order and the kills")
@@ -51,20 +56,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    validate.at_least("--workers", args.workers, 1)
+    validate.at_least("--concurrency", args.concurrency, 1)
+    validate.non_negative_seconds("--kill-every", args.kill_every)
+    validate.at_least("--jobs", args.jobs, len(KINDS))  # one of each kind at least
     folder = Path(tempfile.mkdtemp(prefix="queuecore-demo-"))
     dsn = args.dsn or f"sqlite:///{folder / 'queuecore-demo.db'}"
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
-    passed = run(
-        dsn,
-        folder,
-        total=args.jobs,
-        workers=args.workers,
-        concurrency=args.concurrency,
-        lease_seconds=args.lease_seconds,
-        kill_every=args.kill_every,
-        timeout=args.timeout,
-        seed=seed,
-    )
+    try:
+        passed = run(
+            dsn,
+            folder,
+            total=args.jobs,
+            workers=args.workers,
+            concurrency=args.concurrency,
+            lease_seconds=args.lease_seconds,
+            kill_every=args.kill_every,
+            timeout=args.timeout,
+            seed=seed,
+        )
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)  # it never got to a verdict
+        raise
     if passed and not args.keep:
         shutil.rmtree(folder, ignore_errors=True)
     else:
