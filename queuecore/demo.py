@@ -10,6 +10,7 @@ max attempts; nothing is lost or left running.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import shutil
 import signal
@@ -89,8 +90,9 @@ class WorkerPool:
     """`size` worker processes started through the real command line; the chaos comes
     from outside, as it would in production: SIGKILL, and a new process in its place."""
 
-    def __init__(self, argv: list[str], size: int, log: IO[bytes]) -> None:
+    def __init__(self, argv: list[str], size: int, log: IO[bytes], *, dsn: str) -> None:
         self.argv, self.size, self.log = argv, size, log
+        self.env = {**os.environ, "QUEUECORE_DSN": dsn}  # not in argv, where `ps` shows it
         self.procs: list[subprocess.Popen[bytes]] = []
         self.killed = 0  # by us
         self.exits: Counter[int] = Counter()  # return codes of processes that ended early
@@ -100,7 +102,11 @@ class WorkerPool:
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
-            self.argv, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT
+            self.argv,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
         )
 
     def replace_ended(self) -> None:
@@ -141,7 +147,6 @@ class WorkerPool:
 
 
 def worker_command(
-    dsn: str,
     queue_name: str,
     concurrency: int,
     lease_seconds: float,
@@ -155,8 +160,6 @@ def worker_command(
         "queuecore",
         "worker",
         REGISTRY_SPEC,
-        "--dsn",
-        dsn,
         "--queues",
         queue_name,
         "--concurrency",
@@ -253,8 +256,8 @@ def run(
         )
         _introduce(out, dsn, kinds, workers, concurrency, lease_seconds, kill_every)
         with open(folder / "workers.log", "ab") as log:
-            command = worker_command(dsn, queue_name, concurrency, lease_seconds, driver)
-            pool = WorkerPool(command, workers, log)
+            command = worker_command(queue_name, concurrency, lease_seconds, driver)
+            pool = WorkerPool(command, workers, log, dsn=dsn)
             try:
                 elapsed = supervise(
                     queue, queue_name, len(kinds), pool, rng, kill_every, timeout, out
@@ -276,7 +279,8 @@ def _introduce(
     kill_every: float,
 ) -> None:
     counts = Counter(kinds.values())
-    print(f"queuecore demo: {len(kinds)} jobs on {dsn}", file=out)
+    where = to_url(dsn).render_as_string(hide_password=True)
+    print(f"queuecore demo: {len(kinds)} jobs on {where}", file=out)
     print(
         f"{workers} worker processes ({concurrency} jobs at once each), started as "
         f"`queuecore worker {REGISTRY_SPEC}`; leases of {lease_seconds:g}s"

@@ -42,8 +42,8 @@ def test_chaos_every_job_ends_as_its_kind_must_with_exactly_one_effect(make_queu
     )
     log_path = tmp_path / "workers.log"
     with open(log_path, "ab") as log:
-        command = worker_command(dsn, queue_name, 2, LEASE_SECONDS, fixed_sqlite_driver(dsn))
-        pool = WorkerPool(command, WORKERS, log)
+        command = worker_command(queue_name, 2, LEASE_SECONDS, fixed_sqlite_driver(dsn))
+        pool = WorkerPool(command, WORKERS, log, dsn=dsn)
         try:
             supervise(queue, queue_name, JOBS, pool, rng, KILL_EVERY, DEADLINE, io.StringIO())
         finally:
