@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -13,6 +12,7 @@ import sqlalchemy as sa
 
 import queuecore
 from queuecore import Permanent, Registry, Retry, Worker, current_lease
+from tests.faults.helpers import wait_until
 
 effects = sa.Table(
     "test_worker_effects", sa.MetaData(), sa.Column("job_id", sa.BigInteger, nullable=False)
@@ -61,13 +61,6 @@ class Background:
     def join(self) -> None:
         self.thread.join(timeout=30)
         assert not self.thread.is_alive(), "the worker did not stop"
-
-
-def wait_for(condition: Callable[[], object], what: str, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
 
 
 def test_w1_the_effect_is_committed_with_the_completion(queue, effect_rows):
@@ -179,13 +172,13 @@ def test_w3_heartbeats_keep_the_lease_of_a_long_handler(make_queue, clock):
         assert started.wait(10)
         for _ in range(3):  # 24 s in all: far past the 10 s lease
             clock.advance(8)
-            wait_for(
+            wait_until(
                 lambda: queue.get(job_id).visible_at.timestamp() == clock.now + 10,
                 "a heartbeat",
             )
         assert queue.claim("someone-else") == []
         finish.set()
-        wait_for(lambda: queue.get(job_id).state == "done", "the job to finish")
+        wait_until(lambda: queue.get(job_id).state == "done", "the job to finish")
     finally:
         finish.set()
         worker.stop()
@@ -212,7 +205,7 @@ def test_w3_a_handler_can_see_that_its_lease_was_lost(make_queue, clock, effect_
             if stolen:
                 break
         assert stolen, "the job could never be taken over"
-        wait_for(lambda: seen, "the handler to notice")
+        wait_until(lambda: seen, "the handler to notice")
     finally:
         worker.stop()
     assert seen == [True]
