@@ -4,6 +4,7 @@ enqueues NOTIFY idle workers, which LISTEN on a connection of their own (W6)."""
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -11,14 +12,21 @@ from sqlalchemy import URL, Connection, Double, Engine, bindparam, func, make_ur
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.sql.elements import ColumnElement
 
-from queuecore.sqlqueue import SQLQueue
+from queuecore import statements
+from queuecore.job import Job
+from queuecore.sqlqueue import DriverStep, Outcome, SQLQueue
 
 CHANNEL = "queuecore"
 NOTIFY = select(func.pg_notify(CHANNEL, bindparam("payload")))
 
 
 class PostgresQueue(SQLQueue):
+    """One round trip per claim and per complete: each is a single statement run in
+    autocommit (the retire step of R08 rides in the claim as a data-modifying CTE)."""
+
     _insert = staticmethod(postgresql.insert)
+    fuses_retire = True
+    returns_from_columns = True
 
     def __init__(self, bind: str | URL | Engine, *, notify: bool = True, **options: Any) -> None:
         """`notify=False` spares enqueue its NOTIFY (a global lock at commit) when the
@@ -57,6 +65,38 @@ class PostgresQueue(SQLQueue):
     def listen(self) -> Notifications:
         return Notifications(self.engine)
 
+    def _build_statements(self, now: ColumnElement[float]) -> None:
+        super()._build_statements(now)
+        self._hot_complete_batch = self._compile(statements.complete_batch(now))
+
+    def _run_on_driver(self, conn: Any, steps: Sequence[DriverStep]) -> list[Outcome]:
+        """A single statement in autocommit is its own transaction and one round trip;
+        several share one transaction."""
+        if len(steps) == 1:
+            conn.autocommit = True
+            try:
+                return [_run(conn, *steps[0])]
+            finally:
+                if not conn.closed:
+                    conn.autocommit = False
+        with conn.transaction():
+            return [_run(conn, sql, params) for sql, params in steps]
+
+    def _complete_fenced(self, batch: Sequence[Job]) -> list[bool]:
+        """One statement for the whole batch: the (id, token) pairs go as two arrays."""
+        params = self._params(
+            job_ids=[job.id for job in batch], tokens=[job.lease_token for job in batch]
+        )
+        [(_, rows, _)] = self._execute([(self._hot_complete_batch, params)])
+        passed = set(rows)
+        results = []
+        for job in batch:
+            # The same claim listed twice completes once, as two calls to complete() would.
+            fence = (job.id, job.lease_token)
+            results.append(fence in passed)
+            passed.discard(fence)
+        return results
+
 
 class Notifications:
     """LISTEN on a connection taken out of the pool for good: a pooled one would go back
@@ -84,3 +124,10 @@ class Notifications:
 
     def close(self) -> None:
         self._conn.close()
+
+
+def _run(conn: Any, sql: str, params: Any) -> Outcome:
+    cursor = conn.execute(sql, params)
+    if cursor.description is None:
+        return cursor.rowcount, [], ()
+    return cursor.rowcount, cursor.fetchall(), tuple(c.type_code for c in cursor.description)

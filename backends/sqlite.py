@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -14,7 +14,7 @@ from sqlalchemy import URL, Engine, event, make_url
 from sqlalchemy.dialects import sqlite
 
 from queuecore.errors import DatabaseBusyError, SQLiteBuildWarning
-from queuecore.sqlqueue import SQLQueue
+from queuecore.sqlqueue import DriverStep, Outcome, SQLQueue
 
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 SQLITE_BUSY = 5
@@ -170,3 +170,30 @@ class SQLiteQueue(SQLQueue):
             )
 
         return engine
+
+    def _run_on_driver(self, conn: Any, steps: Sequence[DriverStep]) -> list[Outcome]:
+        """One statement runs in autocommit, which takes the write lock at its start like
+        BEGIN IMMEDIATE; several run between BEGIN IMMEDIATE and COMMIT."""
+        cursor = conn.cursor()
+        try:
+            if len(steps) == 1:
+                return [_run(cursor, *steps[0])]
+            cursor.execute("BEGIN IMMEDIATE")
+            outcomes = [_run(cursor, sql, params) for sql, params in steps]
+            cursor.execute("COMMIT")
+            return outcomes
+        except BaseException:
+            if conn.in_transaction:
+                conn.rollback()
+            raise
+        finally:
+            cursor.close()
+
+
+def _run(cursor: Any, sql: str, params: Any) -> Outcome:
+    # Fetch every row: an UPDATE ... RETURNING not read to the end keeps the write lock.
+    cursor.execute(sql, params)
+    rows = cursor.fetchall()
+    if cursor.description is None:
+        return cursor.rowcount, rows, ()
+    return len(rows), rows, tuple(column[1] for column in cursor.description)

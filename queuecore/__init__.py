@@ -12,13 +12,14 @@ from queuecore.errors import (
     UnknownBackendError,
 )
 from queuecore.handling import Handler, Lease, Permanent, Retry, current_lease
-from queuecore.job import EnqueueResult, Job, JobSnapshot
+from queuecore.job import Completions, EnqueueResult, Job, JobSnapshot
 from queuecore.migrate import migrate
 from queuecore.protocol import Effect, Listener, Queue
 from queuecore.registry import Registry
 from queuecore.worker import Worker
 
 __all__ = [
+    "Completions",
     "DatabaseBusyError",
     "DatabaseUnreachableError",
     "Effect",

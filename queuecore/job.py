@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -33,6 +34,20 @@ class Job:
     max_attempts: int
     lease_token: str
     lease_expires_at: datetime
+
+
+class Completions(list[bool]):
+    """What `complete_many` answers: one bool per job, in the order given (True: completed).
+
+    A job reported False stays as it was: its fence failed (another claim holds it, or it
+    is no longer running), or its effect raised; then `errors[index]` holds that exception,
+    and the job is still running under its lease, so it can be failed or retried."""
+
+    __slots__ = ("errors",)
+
+    def __init__(self, iterable: Iterable[bool] = ()) -> None:
+        super().__init__(iterable)
+        self.errors: dict[int, Exception] = {}
 
 
 @dataclass(frozen=True, slots=True)

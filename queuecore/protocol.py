@@ -8,7 +8,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from sqlalchemy import Connection
 
-from queuecore.job import EnqueueResult, Job, JobSnapshot
+from queuecore.job import Completions, EnqueueResult, Job, JobSnapshot
 
 Effect = Callable[[Connection], object]
 """A database effect: called with the completing transaction's connection (R10)."""
@@ -46,6 +46,10 @@ class Queue(Protocol):
     ) -> list[Job]: ...
 
     def complete(self, job: Job, *, effect: Effect | None = None) -> bool: ...
+
+    def complete_many(
+        self, jobs: Sequence[Job], *, effects: Sequence[Effect | None] | None = None
+    ) -> Completions: ...
 
     def fail(
         self,

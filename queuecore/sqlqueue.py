@@ -12,14 +12,16 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, NamedTuple
 
-from sqlalchemy import URL, Connection, Double, Engine, bindparam, select
+from sqlalchemy import URL, Connection, Double, Engine, bindparam, exc, select
+from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.elements import ColumnElement
 
 from queuecore import statements, validate
 from queuecore.backoff import Backoff
-from queuecore.job import EnqueueResult, Job, JobSnapshot, to_datetime
+from queuecore.compiled import Compiled
+from queuecore.job import Completions, EnqueueResult, Job, JobSnapshot, to_datetime
 from queuecore.migrate import ensure_schema
 from queuecore.protocol import Effect, Listener
 from queuecore.reconnect import reconnecting, transaction
@@ -30,12 +32,34 @@ PURGEABLE = {"done": DONE, "dead": DEAD}
 
 Clock = Callable[[], float]
 
+#: One statement to run on the driver: its compiled form and its parameters.
+Step = tuple[Compiled, Mapping[str, Any]]
+#: What the driver gave back for one step: (rowcount, rows, the columns' type codes).
+Outcome = tuple[int, list[tuple[Any, ...]], tuple[Any, ...]]
+#: The driver's form of a step: SQL text and laid-out parameters.
+DriverStep = tuple[str, Any]
+
+# Where the columns of `statements.JOB_COLUMNS` (then `ready_at`) sit in a claim's rows.
+ID, KIND, PAYLOAD, QUEUE, PRIORITY, ATTEMPTS, MAX_ATTEMPTS, VISIBLE_AT, READY_AT = range(9)
+
+
+class ClaimPlan(NamedTuple):
+    """The statements of one claim shape, run in one transaction; the claimed rows come
+    from the last. `order_step` says the step before it lists the ids in claim order."""
+
+    steps: tuple[Compiled, ...]
+    order_step: bool
+
 
 class SQLQueue:
     """A durable job queue on one SQLAlchemy engine. Use `queuecore.connect()` to get one."""
 
     #: Run migrations at connect when the schema is missing (the embedded default).
     migrates_on_connect: ClassVar[bool] = False
+    #: The R08 retire step can ride in the claim statement (a data-modifying CTE).
+    fuses_retire: ClassVar[bool] = False
+    #: RETURNING may name a column of another FROM item (the claim's `ready_at`).
+    returns_from_columns: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -91,20 +115,23 @@ class SQLQueue:
         """A connection that hears of new jobs, for idle workers; None: poll instead."""
         return None
 
+    def _run_on_driver(self, conn: Any, steps: Sequence[DriverStep]) -> list[Outcome]:
+        """Run the steps on the DBAPI connection: one step on its own (autocommit), several
+        in one transaction that takes the write lock up front. Every row is fetched."""
+        raise NotImplementedError
+
+    def _complete_fenced(self, batch: Sequence[Job]) -> list[bool]:
+        """Fenced completes of many jobs in one transaction (no effects): one statement
+        per job; a backend may do it in one."""
+        steps = [(self._hot_complete, self._fence(job)) for job in batch]
+        return [count == 1 for count, _, _ in self._execute(steps)]
+
     # --- set-up --------------------------------------------------------------------
 
     def _build_statements(self, now: ColumnElement[float]) -> None:
         s = statements
         self._now = now
-        self._stmt_retire = s.retire(now)
-        self._stmt_pick_all = s.pick(now, by_queue=False)
-        self._stmt_pick_queues = s.pick(now, by_queue=True)
-        self._stmt_take = s.take(now)
         self._stmt_complete = s.complete(now)
-        self._stmt_fail_retry = s.fail_retry(now)
-        self._stmt_fail_dead = s.fail_dead(now)
-        self._stmt_heartbeat = s.heartbeat(now)
-        self._stmt_release = s.release(now)
         self._stmt_requeue_all = s.requeue_dead(now, by_id=False)
         self._stmt_requeue_ids = s.requeue_dead(now, by_id=True)
         self._stmt_live_counts = s.live_counts(now)
@@ -112,6 +139,12 @@ class SQLQueue:
         self._stmt_get = s.get()
         self._stmt_dead_all = s.dead_jobs(by_queue=False)
         self._stmt_dead_in_queue = s.dead_jobs(by_queue=True)
+        self._plans: dict[tuple[bool, int | None], ClaimPlan] = {}
+        self._hot_complete = self._compile(self._stmt_complete)
+        self._hot_fail_retry = self._compile(s.fail_retry(now))
+        self._hot_fail_dead = self._compile(s.fail_dead(now))
+        self._hot_heartbeat = self._compile(s.heartbeat(now))
+        self._hot_release = self._compile(s.release(now))
         self._stmt_purge = {name: s.purge_batch(now, state) for name, state in PURGEABLE.items()}
         fresh = {"visible_at": now + bindparam("delay", type_=Double), "created_at": now}
         at = {"visible_at": bindparam("run_at", type_=Double), "created_at": now}
@@ -135,6 +168,61 @@ class SQLQueue:
         if self._clock is not None:
             params["now"] = self._clock()
         return params
+
+    def _compile(self, statement: ClauseElement) -> Compiled:
+        return Compiled(statement, self.engine.dialect)
+
+    def _execute(self, steps: Sequence[Step]) -> list[Outcome]:
+        """The hot path: compiled statements on a pooled DBAPI connection. Driver errors
+        still surface as SQLAlchemy's, and a lost connection is invalidated in the pool."""
+        dialect = self.engine.dialect
+        raw = self.engine.raw_connection()
+        try:
+            driver_steps = [(c.sql, c.parameters(params)) for c, params in steps]
+            outcomes = self._run_on_driver(raw.driver_connection, driver_steps)
+        except dialect.loaded_dbapi.Error as error:
+            lost = dialect.is_disconnect(error, raw.dbapi_connection, None)
+            if lost:
+                raw.invalidate(error)
+            raise exc.DBAPIError.instance(
+                None,
+                None,
+                error,
+                dialect.loaded_dbapi.Error,
+                connection_invalidated=lost,
+                dialect=dialect,
+            ) from error
+        finally:
+            raw.close()
+        return [
+            (count, c.rows(rows, codes), codes)
+            for (c, _), (count, rows, codes) in zip(steps, outcomes, strict=True)
+        ]
+
+    def _claim_plan(self, one: bool, queue_count: int | None) -> ClaimPlan:
+        """The claim's statements for this shape, compiled on first use."""
+        plan = self._plans.get((one, queue_count))
+        if plan is not None:
+            return plan
+        now = self._now
+        retire = statements.retire(now)
+        claim = (
+            statements.claim_one(now, queue_count)
+            if one
+            else statements.claim(now, queue_count, ready_at=self.returns_from_columns)
+        )
+        steps: list[ClauseElement] = []
+        if self.fuses_retire:
+            claim = claim.add_cte(retire.cte("retired"))
+        else:
+            steps.append(retire)
+        order_step = not one and not self.returns_from_columns
+        if order_step:
+            steps.append(statements.claim_order(now, queue_count))
+        steps.append(claim)
+        plan = ClaimPlan(tuple(self._compile(step) for step in steps), order_step)
+        self._plans[(one, queue_count)] = plan
+        return plan
 
     def _write(self) -> AbstractContextManager[Connection]:
         return transaction(self.engine)
@@ -253,35 +341,33 @@ class SQLQueue:
             token=secrets.token_hex(16),
             claimant=worker,
         )
-        if queues is None:
-            pick = self._stmt_pick_all
-        else:
+        queue_count = None
+        if queues is not None:
             names = [queues] if isinstance(queues, str) else list(queues)
             if not names:
                 raise ValueError("queues must name at least one queue, or be None for all")
-            params["queues"] = [validate.queue_name(n) for n in names]
-            pick = self._stmt_pick_queues
-        with self._write() as conn:
-            conn.execute(self._stmt_retire, params)
-            picked = conn.execute(pick, params).scalars().all()
-            if not picked:
-                return []
-            # Every RETURNING row is fetched before the commit: an unfinished
-            # UPDATE ... RETURNING on SQLite still holds the write lock.
-            rows = conn.execute(self._stmt_take, {**params, "ids": picked}).all()
-        position = {job_id: i for i, job_id in enumerate(picked)}
-        rows.sort(key=lambda r: position[r.id])
+            queue_count = len(names)
+            for i, name in enumerate(names):
+                params[f"queue_{i}"] = validate.queue_name(name)
+        plan = self._claim_plan(limit == 1, queue_count)
+        outcomes = self._execute([(step, params) for step in plan.steps])
+        rows = outcomes[-1][1]
+        if plan.order_step:
+            rank = {row[0]: i for i, row in enumerate(outcomes[-2][1])}
+            rows.sort(key=lambda r: rank[r[ID]])
+        elif limit > 1:
+            rows.sort(key=lambda r: (r[PRIORITY], r[READY_AT], r[ID]))
         return [
             Job(
-                id=r.id,
-                kind=r.kind,
-                payload=r.payload,
-                queue=r.queue,
-                priority=r.priority,
-                attempts=r.attempts,
-                max_attempts=r.max_attempts,
+                id=r[ID],
+                kind=r[KIND],
+                payload=r[PAYLOAD],
+                queue=r[QUEUE],
+                priority=r[PRIORITY],
+                attempts=r[ATTEMPTS],
+                max_attempts=r[MAX_ATTEMPTS],
                 lease_token=params["token"],
-                lease_expires_at=to_datetime(r.visible_at),
+                lease_expires_at=to_datetime(r[VISIBLE_AT]),
             )
             for r in rows
         ]
@@ -291,12 +377,57 @@ class SQLQueue:
 
     @reconnecting(after_commit=True)
     def complete(self, job: Job, *, effect: Effect | None = None) -> bool:
+        if effect is None:
+            [(count, _, _)] = self._execute([(self._hot_complete, self._fence(job))])
+            return count == 1
         with self._write() as conn:
             if conn.execute(self._stmt_complete, self._fence(job)).rowcount != 1:
                 return False
             if effect is not None:
                 effect(conn)
         return True
+
+    @reconnecting(after_commit=True)
+    def complete_many(
+        self, jobs: Sequence[Job], *, effects: Sequence[Effect | None] | None = None
+    ) -> Completions:
+        """Many completes in one transaction (one commit instead of one per job), each
+        still fenced by its own token as in R09. With `effects`, each job's effect runs
+        in a savepoint of its own, right after its fence passed (R10): one that raises
+        rolls back only its own job, which stays running with its lease, is reported
+        False, and its exception is kept in `errors` under its index. A database error
+        (or a BaseException) rolls the whole batch back and propagates."""
+        batch = list(jobs)
+        if effects is None:
+            return Completions(self._complete_fenced(batch) if batch else [])
+        effects = list(effects)
+        if len(effects) != len(batch):
+            raise ValueError(
+                f"effects must have one entry (an effect or None) per job: "
+                f"{len(effects)} effects for {len(batch)} jobs"
+            )
+        results = Completions()
+        with self._write() as conn:
+            for index, (job, effect) in enumerate(zip(batch, effects, strict=True)):
+                if effect is None:
+                    passed = conn.execute(self._stmt_complete, self._fence(job)).rowcount == 1
+                    results.append(passed)
+                    continue
+                savepoint = conn.begin_nested()
+                if conn.execute(self._stmt_complete, self._fence(job)).rowcount != 1:
+                    savepoint.rollback()
+                    results.append(False)
+                    continue
+                try:
+                    effect(conn)
+                except Exception as error:
+                    savepoint.rollback()
+                    results.errors[index] = error
+                    results.append(False)
+                else:
+                    savepoint.commit()
+                    results.append(True)
+        return results
 
     @reconnecting(after_commit=True)
     def fail(
@@ -309,34 +440,31 @@ class SQLQueue:
     ) -> Literal["queued", "dead"] | None:
         text = validate.error_text(error, ERROR_TEXT_LIMIT)
         if permanent or job.attempts >= job.max_attempts:
-            stmt, params, outcome = self._stmt_fail_dead, self._fence(job, error=text), "dead"
+            stmt, params, outcome = self._hot_fail_dead, self._fence(job, error=text), "dead"
         else:
             delay = (
                 self.backoff.delay(job.attempts)
                 if retry_in is None
                 else validate.non_negative_seconds("retry_in", retry_in)
             )
-            stmt, outcome = self._stmt_fail_retry, "queued"
+            stmt, outcome = self._hot_fail_retry, "queued"
             params = self._fence(job, error=text, delay=delay)
-        with self._write() as conn:
-            changed = conn.execute(stmt, params).rowcount
+        [(changed, _, _)] = self._execute([(stmt, params)])
         return outcome if changed == 1 else None
 
     @reconnecting(after_commit=True)
     def heartbeat(self, job: Job) -> bool:
-        with self._write() as conn:
-            visible_at = conn.execute(
-                self._stmt_heartbeat, self._fence(job, lease_seconds=self.lease_seconds)
-            ).scalar()
-        if visible_at is None:
+        params = self._fence(job, lease_seconds=self.lease_seconds)
+        [(_, rows, _)] = self._execute([(self._hot_heartbeat, params)])
+        if not rows:
             return False
-        job.lease_expires_at = to_datetime(visible_at)
+        job.lease_expires_at = to_datetime(rows[0][0])
         return True
 
     @reconnecting(after_commit=True)
     def release(self, job: Job) -> bool:
-        with self._write() as conn:
-            return conn.execute(self._stmt_release, self._fence(job)).rowcount == 1
+        [(count, _, _)] = self._execute([(self._hot_release, self._fence(job))])
+        return count == 1
 
     # --- operating --------------------------------------------------------------------
 

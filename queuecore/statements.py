@@ -7,9 +7,12 @@ when the clock is the client's (or a fake one), the server's clock on PostgreSQL
 from __future__ import annotations
 
 from sqlalchemy import (
+    ARRAY,
+    BigInteger,
     Delete,
     Double,
     Select,
+    Text,
     Update,
     bindparam,
     delete,
@@ -61,36 +64,58 @@ def retire(now: Now) -> Update:
     )
 
 
-def pick(now: Now, *, by_queue: bool) -> Select:
-    """R05: the ready jobs a claim takes, in the order it hands them out. `FOR UPDATE SKIP
-    LOCKED` keeps them from other claims until the transaction ends; SQLite drops it, and
-    its write lock (BEGIN IMMEDIATE) makes the claim atomic instead."""
-    picked = select(jobs.c.id).where(ready(now))
-    if by_queue:
-        picked = picked.where(jobs.c.queue.in_(bindparam("queues", expanding=True)))
+def picked(now: Now, queue_count: int | None) -> Select:
+    """R05: the ready jobs in claim order, at most `limit`, locked against other claims
+    (`FOR UPDATE SKIP LOCKED`; SQLite drops it: its write lock already serialises claims).
+
+    `queue_count` names the queues filter's size (binds `queue_0` …), so each shape is
+    one fixed SQL string that can be compiled once and prepared by the server."""
+    stmt = select(jobs.c.id, jobs.c.visible_at).where(ready(now))
+    if queue_count is not None:
+        stmt = stmt.where(jobs.c.queue.in_([bindparam(f"queue_{i}") for i in range(queue_count)]))
     return (
-        picked.order_by(jobs.c.priority, jobs.c.visible_at, jobs.c.id)
+        stmt.order_by(jobs.c.priority, jobs.c.visible_at, jobs.c.id)
         .limit(bindparam("limit"))
         .with_for_update(skip_locked=True)
     )
 
 
-def take(now: Now) -> Update:
-    """R06 on the rows `pick` chose. Separate from the pick because the order is known only
-    before this write: SQLite's RETURNING sees neither the rows' old `visible_at` nor any
-    other table of an UPDATE ... FROM, so one statement would lose it there."""
+def _claimed(now: Now) -> dict[str, object]:
+    """R06: what a claim writes."""
+    return {
+        "state": RUNNING,
+        "attempts": jobs.c.attempts + 1,
+        "visible_at": now + bindparam("lease_seconds", type_=Double),
+        "lease_token": bindparam("token"),
+        "worker": bindparam("claimant"),
+    }
+
+
+def claim_one(now: Now, queue_count: int | None) -> Update:
+    """A one-job claim as `id = (SELECT … LIMIT 1)`: cheaper than a join on both dialects,
+    and one row needs no order."""
     return (
         update(jobs)
-        .where(jobs.c.id.in_(bindparam("ids", expanding=True)))
-        .values(
-            state=RUNNING,
-            attempts=jobs.c.attempts + 1,
-            visible_at=now + bindparam("lease_seconds", type_=Double),
-            lease_token=bindparam("token"),
-            worker=bindparam("claimant"),
-        )
+        .where(jobs.c.id == picked(now, queue_count).with_only_columns(jobs.c.id).scalar_subquery())
+        .values(**_claimed(now))
         .returning(*JOB_COLUMNS)
     )
+
+
+def claim(now: Now, queue_count: int | None, *, ready_at: bool) -> Update:
+    """R05/R06 in one statement for `limit` jobs. `ready_at` returns each job's
+    `visible_at` from before the claim, for the caller to restore claim order; SQLite
+    cannot return a column of another FROM table, so there `claim_order` runs first."""
+    chosen = picked(now, queue_count).subquery("picked")
+    returning = [*JOB_COLUMNS, chosen.c.visible_at.label("ready_at")] if ready_at else JOB_COLUMNS
+    return (
+        update(jobs).where(jobs.c.id == chosen.c.id).values(**_claimed(now)).returning(*returning)
+    )
+
+
+def claim_order(now: Now, queue_count: int | None) -> Select:
+    """The ids `claim` is about to take, in claim order (SQLite, under its write lock)."""
+    return picked(now, queue_count).with_only_columns(jobs.c.id)
 
 
 def _fenced() -> ColumnElement[bool]:
@@ -102,6 +127,24 @@ def _fenced() -> ColumnElement[bool]:
 
 def complete(now: Now) -> Update:
     return update(jobs).where(_fenced()).values(state=DONE, finished_at=now, lease_token=None)
+
+
+def complete_batch(now: Now) -> Update:
+    """PostgreSQL: many fenced completes in one statement, each row fenced by its own
+    (id, token) pair, passed as two arrays; returns the pairs that passed."""
+    fences = (
+        func.unnest(
+            bindparam("job_ids", type_=ARRAY(BigInteger)), bindparam("tokens", type_=ARRAY(Text))
+        )
+        .table_valued("job_id", "token")
+        .render_derived(name="fences")
+    )
+    return (
+        update(jobs)
+        .where(jobs.c.id == fences.c.job_id, jobs.c.lease_token == fences.c.token, IS_RUNNING)
+        .values(state=DONE, finished_at=now, lease_token=None)
+        .returning(jobs.c.id, fences.c.token)
+    )
 
 
 def fail_retry(now: Now) -> Update:

@@ -1,0 +1,66 @@
+"""The claim is compiled per shape (one job or many, all queues or a list): each shape
+must keep R05-R08. SQLite cannot RETURN the pre-claim `visible_at`, so its many-job
+claim restores the order differently from PostgreSQL's: both must give R05's order."""
+
+from __future__ import annotations
+
+import pytest
+
+LEASE = 30
+
+
+@pytest.mark.parametrize("queues", [None, ["a", "b"]])
+def test_r05_a_batch_claim_comes_back_in_priority_then_visible_at_then_id_order(
+    queue, clock, queues
+):
+    late = queue.enqueue("k", {}, queue="a", delay=5).id
+    early = queue.enqueue("k", {}, queue="b", delay=1).id
+    urgent = queue.enqueue("k", {}, queue="a", delay=9, priority=-1).id
+    same_time = queue.enqueue("k", {}, queue="b", delay=5).id
+    clock.advance(10)
+    assert [j.id for j in queue.claim("w", limit=10, queues=queues)] == [
+        urgent,
+        early,
+        late,
+        same_time,
+    ]
+
+
+@pytest.mark.parametrize("limit", [1, 3])
+@pytest.mark.parametrize("queues", [None, ["b"], ["a", "b", "c"]])
+def test_r06_every_claim_shape_writes_the_lease(queue, clock, limit, queues):
+    queue.enqueue_many("k", [{"n": i} for i in range(2)], queue="b")
+    jobs = queue.claim("w", limit=limit, queues=queues)
+    assert len(jobs) == min(limit, 2)
+    assert len({j.lease_token for j in jobs}) == 1
+    for job in jobs:
+        snap = queue.get(job.id)
+        assert (snap.state, snap.attempts, snap.worker) == ("running", 1, "w")
+        assert snap.visible_at.timestamp() == clock.now + LEASE == job.lease_expires_at.timestamp()
+        assert job.payload == {"n": job.id - 1}
+
+
+@pytest.mark.parametrize("limit", [1, 3])
+@pytest.mark.parametrize("queues", [None, ["elsewhere"]])
+def test_r08_every_claim_shape_retires_a_lease_lost_on_the_last_attempt(
+    queue, clock, limit, queues
+):
+    crashed = queue.enqueue("k", {}, max_attempts=1).id
+    queue.claim("w")
+    clock.advance(LEASE + 1)
+    assert queue.claim("w", limit=limit, queues=queues) == []
+    snap = queue.get(crashed)
+    assert snap.state == "dead"
+    assert snap.last_error == "lease expired on the last attempt"
+
+
+def test_r13_r14_hot_path_reports_keep_their_fence(queue, clock):
+    [job] = (queue.enqueue("k", {}), queue.claim("w"))[1]
+    clock.advance(5)
+    assert queue.heartbeat(job)
+    assert job.lease_expires_at.timestamp() == clock.now + LEASE
+    assert queue.release(job)
+    assert not queue.heartbeat(job)
+    assert not queue.release(job)
+    assert queue.fail(job, "late") is None
+    assert queue.get(job.id).attempts == 0
