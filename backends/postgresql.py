@@ -69,16 +69,13 @@ class PostgresQueue(SQLQueue):
         super()._build_statements(now)
         self._hot_complete_batch = self._compile(statements.complete_batch(now))
 
+    def _prepare_hot_connection(self, conn: Any) -> None:
+        """Autocommit: a single statement is its own transaction, in one round trip."""
+        conn.autocommit = True
+
     def _run_on_driver(self, conn: Any, steps: Sequence[DriverStep]) -> list[Outcome]:
-        """A single statement in autocommit is its own transaction and one round trip;
-        several share one transaction."""
         if len(steps) == 1:
-            conn.autocommit = True
-            try:
-                return [_run(conn, *steps[0])]
-            finally:
-                if not conn.closed:
-                    conn.autocommit = False
+            return [_run(conn, *steps[0])]
         with conn.transaction():
             return [_run(conn, sql, params) for sql, params in steps]
 

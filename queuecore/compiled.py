@@ -16,61 +16,51 @@ from sqlalchemy.sql import ClauseElement
 
 Processor = Callable[[Any], Any] | None
 
+#: Marks a parameter the caller must give (no constant value of its own).
+REQUIRED = object()
+
 
 class Compiled:
     """One statement as the driver sees it: SQL text, how to lay out its parameters, and
     how to turn the driver's rows into Python values."""
 
-    __slots__ = (
-        "_columns",
-        "_defaults",
-        "_dialect",
-        "_names",
-        "_positional",
-        "_processors",
-        "_results",
-        "sql",
-    )
+    __slots__ = ("_columns", "_dialect", "_layout", "_names", "_positional", "_results", "sql")
 
     def __init__(self, statement: ClauseElement, dialect: Dialect) -> None:
         compiled = statement.compile(dialect=dialect)
         if "POSTCOMPILE" in compiled.string:
             raise ValueError("expanding parameters cannot be compiled once; bind each value")
         self.sql: str = compiled.string
-        names = {bind: name for bind, name in compiled.bind_names.items()}
+        by_name = {name: bind for bind, name in compiled.bind_names.items()}
         self._positional = compiled.positiontup is not None
         self._names: tuple[str, ...] = (
-            tuple(compiled.positiontup)
-            if compiled.positiontup is not None
-            else tuple(dict.fromkeys(names.values()))
+            tuple(compiled.positiontup) if compiled.positiontup is not None else tuple(by_name)
         )
-        by_name = {name: bind for bind, name in names.items()}
-        # Constants SQLAlchemy chose to bind (e.g. `attempts + 1`, NULL) keep their value.
-        self._defaults = {
-            name: bind.value
-            for name, bind in by_name.items()
-            if not bind.required and bind.callable is None
-        }
-        self._processors = {
-            name: processor
-            for name, bind in by_name.items()
-            if (processor := bind.type.dialect_impl(dialect).bind_processor(dialect)) is not None
-        }
+        # Per parameter: a constant SQLAlchemy chose to bind (e.g. `attempts + 1`, NULL)
+        # or REQUIRED, and the type's bind processor, if it has one.
+        self._layout: tuple[tuple[str, Any, Processor], ...] = tuple(
+            (
+                name,
+                REQUIRED
+                if by_name[name].required or by_name[name].callable is not None
+                else by_name[name].value,
+                by_name[name].type.dialect_impl(dialect).bind_processor(dialect),
+            )
+            for name in self._names
+        )
         self._dialect = dialect
         self._columns = tuple(getattr(statement, "exported_columns", ()))
         self._results: tuple[Processor, ...] | None = None
 
     def parameters(self, values: Mapping[str, Any]) -> Sequence[Any] | dict[str, Any]:
         """The driver's parameters: a tuple for positional paramstyles, else a dict."""
-        merged = {**self._defaults, **values} if self._defaults else values
-        if self._processors:
-            merged = {
-                name: (p(merged[name]) if (p := self._processors.get(name)) else merged[name])
-                for name in self._names
-            }
+        laid = []
+        for name, constant, processor in self._layout:
+            value = values[name] if constant is REQUIRED else values.get(name, constant)
+            laid.append(value if processor is None else processor(value))
         if self._positional:
-            return tuple(merged[name] for name in self._names)
-        return {name: merged[name] for name in self._names}
+            return tuple(laid)
+        return dict(zip(self._names, laid, strict=True))
 
     def rows(
         self, raw: Sequence[Sequence[Any]], type_codes: Sequence[Any]

@@ -7,14 +7,18 @@ database server's clock is the default (R20).
 
 from __future__ import annotations
 
+import os
 import secrets
+import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, ClassVar, Literal, NamedTuple
 
 from sqlalchemy import URL, Connection, Double, Engine, bindparam, exc, select
+from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -83,6 +87,8 @@ class SQLQueue:
             **({"rng": rng} if rng is not None else {}),
         )
         self.engine = self.create_engine(bind, **engine_options)
+        self._local = threading.local()
+        self._hot_connections: weakref.WeakSet[PoolProxiedConnection] = weakref.WeakSet()
         self._read_engine = self.engine.execution_options(queuecore_read_only=True)
         ensure_schema(self.engine, migrate=self.migrates_on_connect)
 
@@ -172,17 +178,37 @@ class SQLQueue:
     def _compile(self, statement: ClauseElement) -> Compiled:
         return Compiled(statement, self.engine.dialect)
 
-    def _execute(self, steps: Sequence[Step]) -> list[Outcome]:
-        """The hot path: compiled statements on a pooled DBAPI connection. Driver errors
-        still surface as SQLAlchemy's, and a lost connection is invalidated in the pool."""
-        dialect = self.engine.dialect
+    def _hot_connection(self) -> tuple[PoolProxiedConnection, Any]:
+        """This thread's own DBAPI connection for the hot path. A pool checkout and return
+        per statement cost as much as SQLite's work, so each thread keeps one, detached
+        from the pool so that many worker threads cannot starve it (enqueue, effects and
+        stats still use the pool). It is dropped with its thread, or in a forked child."""
+        held = getattr(self._local, "held", None)
+        if held is not None and held[0] == os.getpid():
+            return held[1], held[2]
         raw = self.engine.raw_connection()
+        raw.detach()
+        driver = self.engine.dialect.get_driver_connection(raw.dbapi_connection)
+        self._prepare_hot_connection(driver)
+        self._local.held = (os.getpid(), raw, driver)
+        self._hot_connections.add(raw)
+        return raw, driver
+
+    def _prepare_hot_connection(self, conn: Any) -> None:
+        """Set up a driver connection that the hot path owns (e.g. its transaction mode)."""
+
+    def _execute(self, steps: Sequence[Step]) -> list[Outcome]:
+        """The hot path: compiled statements on this thread's DBAPI connection. Driver
+        errors still surface as SQLAlchemy's; a lost connection is closed and replaced."""
+        dialect = self.engine.dialect
+        raw, driver = self._hot_connection()
         try:
             driver_steps = [(c.sql, c.parameters(params)) for c, params in steps]
-            outcomes = self._run_on_driver(raw.driver_connection, driver_steps)
+            outcomes = self._run_on_driver(driver, driver_steps)
         except dialect.loaded_dbapi.Error as error:
             lost = dialect.is_disconnect(error, raw.dbapi_connection, None)
             if lost:
+                self._local.held = None
                 raw.invalidate(error)
             raise exc.DBAPIError.instance(
                 None,
@@ -192,8 +218,6 @@ class SQLQueue:
                 connection_invalidated=lost,
                 dialect=dialect,
             ) from error
-        finally:
-            raw.close()
         return [
             (count, c.rows(rows, codes), codes)
             for (c, _), (count, rows, codes) in zip(steps, outcomes, strict=True)
@@ -546,6 +570,8 @@ class SQLQueue:
             return [_snapshot(row) for row in conn.execute(stmt, params)]
 
     def close(self) -> None:
+        for raw in list(self._hot_connections):
+            raw.close()
         self.engine.dispose()
 
     def __enter__(self) -> SQLQueue:
