@@ -1,0 +1,1 @@
+"""Benchmarks of queuecore against raw-driver floors and peer queues: `python -m benchmarks.run`."""

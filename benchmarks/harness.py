@@ -1,0 +1,407 @@
+"""The benchmark run: every measurement in turn, then the table, the targets and the JSON."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks import databases, latency, throughput
+from benchmarks.implementations import (
+    FLOOR,
+    HUEY,
+    PGQUEUER,
+    QUEUECORE,
+    QUEUECORE_BATCHED,
+    Target,
+)
+
+PEERS = {"sqlite": HUEY, "postgresql": PGQUEUER}
+
+DESCRIPTION = """queuecore against its raw-driver floors and its peers, side by side, in one
+run. Without --pg-dsn (or QUEUECORE_BENCH_POSTGRES_DSN) a private PostgreSQL with
+initdb's stock settings is started for the run and removed after."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How much to measure: the full run, or a quick one to check the harness."""
+
+    jobs: int = 10_000
+    workers: tuple[int, ...] = (1, 2, 4, 8)
+    limits: tuple[int, ...] = (1, 10)
+    #: synchronous=FULL is several times slower: measured at fewer worker counts.
+    full_sync_workers: tuple[int, ...] = (1, 4)
+    repeats: int = 3
+    done_rows: int = 1_000_000
+    latency_samples: int = 1000
+
+
+QUICK = Plan(
+    jobs=2000,
+    workers=(1, 4),
+    full_sync_workers=(1,),
+    repeats=1,
+    done_rows=50_000,
+    latency_samples=300,
+)
+
+
+@dataclass
+class Row:
+    """One configuration, every implementation's runs side by side."""
+
+    backend: str
+    workers: int
+    limit: int
+    synchronous: str | None
+    runs: dict[str, list[throughput.Run]] = field(default_factory=dict)
+
+    def median(self, implementation: str) -> float | None:
+        runs = self.runs.get(implementation)
+        return statistics.median(r.jobs_per_s for r in runs) if runs else None
+
+    def rss(self, implementation: str) -> float | None:
+        runs = self.runs.get(implementation)
+        return max(r.peak_rss_mb for r in runs) if runs else None
+
+
+def installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def implementations(backend: str, limit: int) -> list[str]:
+    chosen = [QUEUECORE, FLOOR]
+    if limit > 1:
+        chosen.append(QUEUECORE_BATCHED)
+    peer = PEERS[backend]
+    # huey dequeues one job at a time: its one run per worker count serves both rows.
+    if installed(peer) and not (peer == HUEY and limit > 1):
+        chosen.append(peer)
+    return chosen
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def run_throughput(plan: Plan, dbs: throughput.Databases, backends: list[str]) -> list[Row]:
+    rows: list[Row] = []
+    for backend in backends:
+        configs = [(w, limit, "NORMAL") for limit in plan.limits for w in plan.workers]
+        if backend == "sqlite":
+            configs += [(w, limit, "FULL") for limit in plan.limits for w in plan.full_sync_workers]
+        for workers, limit, sync in configs:
+            rows.append(Row(backend, workers, limit, sync if backend == "sqlite" else None))
+    for repeat in range(plan.repeats):
+        for row in rows:
+            for implementation in implementations(row.backend, row.limit):
+                target = dbs.prepare(implementation, row.backend, row.synchronous or "", plan.jobs)
+                result = throughput.measure(
+                    implementation, target, row.workers, row.limit, plan.jobs
+                )
+                dbs.discard(target)
+                if not result.exactly_once:
+                    raise RuntimeError(f"{implementation} did not run every job exactly once")
+                row.runs.setdefault(implementation, []).append(result)
+                log(
+                    f"[{repeat + 1}/{plan.repeats}] {row.backend} {row.synchronous or ''} "
+                    f"{row.workers}w x{row.limit} {implementation}: {result.jobs_per_s:,.0f} jobs/s"
+                )
+    return rows
+
+
+def run_latency(
+    plan: Plan, folder: Path, postgres: databases.PostgresDatabases | None, backends: list[str]
+) -> list[dict[str, Any]]:
+    queued = latency.WARM_UP + plan.latency_samples
+    scenarios: list[tuple[str, str, int]] = []
+    for backend in backends:
+        scenarios += [(backend, "fresh", 0), (backend, "done", plan.done_rows)]
+        if backend == "postgresql":
+            scenarios.append((backend, "purged", plan.done_rows))
+    results = []
+    for backend, scenario, rows in scenarios:
+        entry: dict[str, Any] = {"backend": backend, "scenario": scenario, "rows": rows}
+        for implementation in (QUEUECORE, FLOOR):
+            revision = databases.FLOOR_REVISION if implementation == FLOOR else "head"
+            started = time.monotonic()
+            if backend == "sqlite":
+                path = folder / f"latency-{scenario}-{implementation}.db"
+                databases.migrate(f"sqlite:///{path}", revision)
+                databases.seed(f"sqlite:///{path}", queued=queued, done=rows)
+                target = Target("sqlite", str(path))
+            else:
+                assert postgres is not None
+                url = postgres.create(f"latency_{scenario}_{implementation}")
+                databases.migrate(url, revision)
+                if scenario == "purged":
+                    latency.churn(url, rows)
+                    databases.seed(url, queued=queued, analyze=False)
+                else:
+                    databases.seed(url, queued=queued, done=rows)
+                postgres.checkpoint()
+                target = Target("postgresql", url)
+            measured = latency.measure(implementation, target, plan.latency_samples)
+            entry[implementation] = asdict(measured)
+            log(
+                f"latency {backend} {scenario} {implementation}: median {measured.median_ms:.3f} ms"
+                f", p99 {measured.p99_ms:.3f} ms (set-up {time.monotonic() - started:.0f} s)"
+            )
+        results.append(entry)
+    return results
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def fmt(value: float | None, spec: str = ",.0f") -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def throughput_table(rows: list[Row]) -> list[str]:
+    lines = [
+        f"{'backend':<10} {'sync':<6} {'workers':>7} {'claim':>5} {'queuecore':>10} "
+        f"{'floor':>9} {'peer':>18} {'qc/floor':>8} {'qc/peer':>8} {'RSS MB qc/floor/peer':>21}"
+    ]
+    for row in rows:
+        peer = PEERS[row.backend]
+        peer_rate = row.median(peer)
+        if peer == HUEY and peer_rate is None:
+            peer_rate = next(
+                (
+                    r.median(HUEY)
+                    for r in rows
+                    if r.backend == row.backend
+                    and r.workers == row.workers
+                    and r.synchronous == row.synchronous
+                    and r.median(HUEY) is not None
+                ),
+                None,
+            )
+        for implementation in (QUEUECORE, QUEUECORE_BATCHED):
+            rate = row.median(implementation)
+            if rate is None:
+                continue
+            label = "" if implementation == QUEUECORE else " +complete_many ack window"
+            rss = "/".join(fmt(row.rss(i), ".0f") for i in (implementation, FLOOR, peer))
+            lines.append(
+                f"{row.backend:<10} {row.synchronous or '':<6} {row.workers:>7} "
+                f"{row.limit:>5} {fmt(rate):>10} {fmt(row.median(FLOOR)):>9} "
+                f"{peer + ' ' + fmt(peer_rate):>18} "
+                f"{fmt(ratio(rate, row.median(FLOOR)), '.2f'):>8} "
+                f"{fmt(ratio(rate, peer_rate), '.2f'):>8} {rss:>21}{label}"
+            )
+    return lines
+
+
+def latency_table(results: list[dict[str, Any]]) -> list[str]:
+    lines = [
+        f"{'backend':<10} {'scenario':<8} {'rows':>9} {'queuecore ms':>16} {'floor ms':>16} "
+        f"{'qc/floor':>8} {'qc/fresh':>8}   (median / p99 of claim + complete)"
+    ]
+    fresh = {r["backend"]: r[QUEUECORE]["median_ms"] for r in results if r["scenario"] == "fresh"}
+    for r in results:
+        qc, floor = r[QUEUECORE], r[FLOOR]
+        lines.append(
+            f"{r['backend']:<10} {r['scenario']:<8} {r['rows']:>9,} "
+            f"{qc['median_ms']:>7.3f} / {qc['p99_ms']:<6.3f} "
+            f"{floor['median_ms']:>7.3f} / {floor['p99_ms']:<6.3f} "
+            f"{fmt(ratio(qc['median_ms'], floor['median_ms']), '.2f'):>8} "
+            f"{fmt(ratio(qc['median_ms'], fresh.get(r['backend'])), '.2f'):>8}"
+        )
+    return lines
+
+
+def targets(rows: list[Row], lat: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The targets of the issue that asked for this benchmark, checked on this run."""
+    checks: list[dict[str, Any]] = []
+
+    def check(name: str, value: float | None, bound: float, *, at_most: bool = False) -> None:
+        held = value is not None and (value <= bound if at_most else value >= bound)
+        checks.append({"target": name, "value": value, "bound": bound, "held": held})
+
+    for row in rows:
+        where = f"{row.backend} {row.synchronous or ''} {row.workers}w x{row.limit}".replace(
+            "  ", " "
+        )
+        check(
+            f"{where}: queuecore >= 0.8x floor",
+            ratio(row.median(QUEUECORE), row.median(FLOOR)),
+            0.8,
+        )
+        if row.limit > 1 and row.backend == "sqlite":
+            check(
+                f"{where}: complete_many >= 1.0x floor",
+                ratio(row.median(QUEUECORE_BATCHED), row.median(FLOOR)),
+                1.0,
+            )
+        if row.limit > 1 and row.backend == "postgresql" and row.workers in (1, 4):
+            check(
+                f"{where}: complete_many >= 1.5x pgqueuer",
+                ratio(row.median(QUEUECORE_BATCHED), row.median(PGQUEUER)),
+                1.5,
+            )
+    for row in rows:
+        if row.backend == "sqlite" and row.workers == 4:
+            single = next(
+                (
+                    r
+                    for r in rows
+                    if r.backend == "sqlite"
+                    and r.workers == 1
+                    and r.limit == row.limit
+                    and r.synchronous == row.synchronous
+                ),
+                None,
+            )
+            if single is not None:
+                check(
+                    f"sqlite {row.synchronous} x{row.limit}: 4 workers >= 0.8x 1 worker",
+                    ratio(row.median(QUEUECORE), single.median(QUEUECORE)),
+                    0.8,
+                )
+    fresh = {r["backend"]: r[QUEUECORE]["median_ms"] for r in lat if r["scenario"] == "fresh"}
+    for r in lat:
+        if r["scenario"] == "done":
+            check(
+                f"{r['backend']} latency with {r['rows']:,} done rows <= 2x floor",
+                ratio(r[QUEUECORE]["median_ms"], r[FLOOR]["median_ms"]),
+                2.0,
+                at_most=True,
+            )
+        if r["scenario"] == "purged":
+            check(
+                f"{r['backend']} latency after {r['rows']:,} purged <= 3x fresh",
+                ratio(r[QUEUECORE]["median_ms"], fresh.get(r["backend"])),
+                3.0,
+                at_most=True,
+            )
+    return checks
+
+
+def machine(postgres: databases.PostgresDatabases | None) -> dict[str, Any]:
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    versions = {}
+    for dist in ("queuecore", "SQLAlchemy", "psycopg", "huey", "pgqueuer", "asyncpg"):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            versions[dist] = importlib.metadata.version(dist)
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    info: dict[str, Any] = {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "sqlite": sqlite3.sqlite_version,
+        "commit": commit or None,
+        "packages": versions,
+    }
+    if postgres is not None:
+        info["postgresql"] = postgres.setting("server_version")
+        info["postgresql_autovacuum"] = postgres.setting("autovacuum")
+        info["postgresql_synchronous_commit"] = postgres.setting("synchronous_commit")
+    return info
+
+
+@contextlib.contextmanager
+def postgres_server(args: argparse.Namespace) -> Iterator[str | None]:
+    if args.no_postgres:
+        yield None
+    elif args.pg_dsn:
+        yield args.pg_dsn
+    else:
+        log("starting a private PostgreSQL with stock settings (pass --pg-dsn to use yours)")
+        with databases.private_postgres() as url:
+            yield url
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=DESCRIPTION)
+    parser.add_argument(
+        "--quick", action="store_true", help="a small run (~2 min) to check the harness"
+    )
+    parser.add_argument("--json", type=Path, help="write every measurement here")
+    parser.add_argument(
+        "--pg-dsn",
+        default=os.environ.get("QUEUECORE_BENCH_POSTGRES_DSN"),
+        help="a PostgreSQL server to create scratch databases on (default: a private one)",
+    )
+    parser.add_argument("--no-postgres", action="store_true", help="measure SQLite only")
+    parser.add_argument("--repeats", type=int, help="runs per throughput row (median is shown)")
+    parser.add_argument("--skip-latency", action="store_true", help="throughput rows only")
+    args = parser.parse_args(argv)
+    plan = QUICK if args.quick else Plan()
+    if args.repeats:
+        plan = Plan(**{**asdict(plan), "repeats": args.repeats})
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="qcbench-") as scratch, postgres_server(args) as server:
+        postgres = databases.PostgresDatabases(server) if server else None
+        backends = ["sqlite"] + (["postgresql"] if postgres else [])
+        try:
+            info = machine(postgres)
+            rows = run_throughput(plan, throughput.Databases(Path(scratch), postgres), backends)
+            lat = [] if args.skip_latency else run_latency(plan, Path(scratch), postgres, backends)
+        finally:
+            if postgres is not None:
+                postgres.drop_all()
+    checks = targets(rows, lat)
+    out = [
+        f"queuecore benchmark ({'quick' if args.quick else 'full'}, {plan.jobs:,} jobs per run, "
+        f"median of {plan.repeats}), {time.monotonic() - started:.0f} s",
+        "machine: " + ", ".join(f"{k}={v}" for k, v in info.items() if k != "packages"),
+        "",
+        *throughput_table(rows),
+        "",
+        *latency_table(lat),
+        "",
+        "targets:",
+        *(
+            f"  {'held  ' if c['held'] else 'MISSED'} {c['target']}: {fmt(c['value'], '.2f')}"
+            for c in checks
+        ),
+    ]
+    print("\n".join(out))
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {
+                    "plan": asdict(plan),
+                    "machine": info,
+                    "throughput": [
+                        {
+                            **{k: v for k, v in asdict(r).items() if k != "runs"},
+                            "runs": {i: [asdict(x) for x in runs] for i, runs in r.runs.items()},
+                            "median_jobs_per_s": {i: r.median(i) for i in r.runs},
+                        }
+                        for r in rows
+                    ],
+                    "latency": lat,
+                    "targets": checks,
+                },
+                indent=2,
+            )
+        )
+    return 0
