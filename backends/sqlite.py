@@ -7,7 +7,7 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import URL, Engine, event, make_url
@@ -18,6 +18,7 @@ from queuecore.sqlqueue import DriverStep, Outcome, SQLQueue
 
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 SQLITE_BUSY = 5
+T = TypeVar("T")
 
 # The WAL-reset bug: fixed in 3.51.3, and the fix backported to these older lines.
 WAL_RESET_FIXED = (3, 51, 3)
@@ -88,13 +89,12 @@ class _Patience:
             "file); find it, or pass a larger busy_timeout to queuecore.connect()."
         )
 
-    def run(self, doing: str, step: Callable[[], object]) -> None:
+    def run(self, doing: str, step: Callable[[], T]) -> T:
         deadline = time.monotonic() + self.busy_timeout
         pause = 0.001
         while True:
             try:
-                step()
-                return
+                return step()
             except self.dbapi.OperationalError as exc:
                 if not _is_busy(exc):
                     raise
@@ -171,14 +171,25 @@ class SQLiteQueue(SQLQueue):
 
         return engine
 
+    def __init__(self, bind: str | URL | Engine, *, busy_timeout: float = 30.0, **options: Any):
+        super().__init__(bind, busy_timeout=busy_timeout, **options)
+        self._patience = _Patience(
+            str(self.engine.url.database), busy_timeout, self.engine.dialect.loaded_dbapi
+        )
+
     def _run_on_driver(self, conn: Any, steps: Sequence[DriverStep]) -> list[Outcome]:
         """One statement runs in autocommit, which takes the write lock at its start like
-        BEGIN IMMEDIATE; several run between BEGIN IMMEDIATE and COMMIT."""
+        BEGIN IMMEDIATE; several run between BEGIN IMMEDIATE and COMMIT. Either start is
+        retried on an SQLITE_BUSY that came back at once, as the engine's BEGIN is: nothing
+        has been written when it does."""
         cursor = conn.cursor()
         try:
             if len(steps) == 1:
-                return [_run(cursor, *steps[0])]
-            cursor.execute("BEGIN IMMEDIATE")
+                return [self._patience.run("writing", lambda: _run(cursor, *steps[0]))]
+            self._patience.run(
+                "waiting for the write lock (BEGIN IMMEDIATE)",
+                lambda: cursor.execute("BEGIN IMMEDIATE"),
+            )
             outcomes = [_run(cursor, sql, params) for sql, params in steps]
             cursor.execute("COMMIT")
             return outcomes

@@ -28,7 +28,7 @@ from queuecore.compiled import Compiled
 from queuecore.job import Completions, EnqueueResult, Job, JobSnapshot, to_datetime
 from queuecore.migrate import ensure_schema
 from queuecore.protocol import Effect, Listener
-from queuecore.reconnect import reconnecting, transaction
+from queuecore.reconnect import LOST, reconnecting, transaction
 from queuecore.schema import DEAD, DONE, jobs
 
 ERROR_TEXT_LIMIT = 2000
@@ -199,9 +199,21 @@ class SQLQueue:
 
     def _execute(self, steps: Sequence[Step]) -> list[Outcome]:
         """The hot path: compiled statements on this thread's DBAPI connection. Driver
-        errors still surface as SQLAlchemy's; a lost connection is closed and replaced."""
+        errors still surface as SQLAlchemy's; a lost connection is closed, replaced on the
+        next call, and marked for `reconnecting` as lost while committing (a statement in
+        autocommit may have landed): every hot-path operation is safe to run again.
+
+        SQLAlchemy's cursor events cannot fire on this path, so an engine that has
+        listeners for them (tracing, logging, tests that watch the SQL) gets the same
+        statements through its Connection instead, events and all."""
+        if self._instrumented():
+            return self._execute_on_engine(steps)
         dialect = self.engine.dialect
-        raw, driver = self._hot_connection()
+        try:
+            raw, driver = self._hot_connection()
+        except exc.DBAPIError as error:
+            setattr(error, LOST, "before commit")
+            raise
         try:
             driver_steps = [(c.sql, c.parameters(params)) for c, params in steps]
             outcomes = self._run_on_driver(driver, driver_steps)
@@ -210,18 +222,39 @@ class SQLQueue:
             if lost:
                 self._local.held = None
                 raw.invalidate(error)
-            raise exc.DBAPIError.instance(
+            wrapped = exc.DBAPIError.instance(
                 None,
                 None,
                 error,
                 dialect.loaded_dbapi.Error,
                 connection_invalidated=lost,
                 dialect=dialect,
-            ) from error
+            )
+            if lost:
+                setattr(wrapped, LOST, "during commit")
+            raise wrapped from error
         return [
             (count, c.rows(rows, codes), codes)
             for (c, _), (count, rows, codes) in zip(steps, outcomes, strict=True)
         ]
+
+    def _instrumented(self) -> bool:
+        dispatch = self.engine.dispatch
+        return bool(dispatch.before_cursor_execute or dispatch.after_cursor_execute)
+
+    def _execute_on_engine(self, steps: Sequence[Step]) -> list[Outcome]:
+        """The hot path's statements through SQLAlchemy's Connection, in one transaction."""
+        outcomes: list[Outcome] = []
+        with self._write() as conn:
+            for compiled, params in steps:
+                result = conn.exec_driver_sql(compiled.sql, compiled.parameters(params))
+                if not result.returns_rows:
+                    outcomes.append((result.rowcount, [], ()))
+                    continue
+                codes = tuple(column[1] for column in result.cursor.description)
+                rows = result.all()
+                outcomes.append((len(rows), compiled.rows(rows, codes), codes))
+        return outcomes
 
     def _claim_plan(self, one: bool, queue_count: int | None) -> ClaimPlan:
         """The claim's statements for this shape, compiled on first use."""
