@@ -51,11 +51,12 @@ NUMBERS = {
 
 
 def seed(url: str, queued: int, done: int = 0, *, analyze: bool = True) -> None:
-    """`done` finished rows, then `queued` ready jobs (ids after them), in one transaction;
-    then ANALYZE, as autovacuum would long ago have done on a table this size."""
+    """`done` rows finished an hour ago, then `queued` jobs that became ready a second ago
+    (so, as new work does, they sit behind whatever older entries the ready index holds),
+    in one transaction; then ANALYZE, as autovacuum would long ago have done."""
     engine = sa.create_engine(url)
     prefix, source, json_object = NUMBERS[engine.dialect.name]
-    an_hour_ago = time.time() - 3600
+    an_hour_ago, just_now = time.time() - 3600, time.time() - 1
     with engine.begin() as conn:
         for state, count in (("done", done), ("queued", queued)):
             if count:
@@ -69,7 +70,7 @@ def seed(url: str, queued: int, done: int = 0, *, analyze: bool = True) -> None:
                         "count": count,
                         "state": state,
                         "attempts": int(state == "done"),
-                        "at": an_hour_ago,
+                        "at": an_hour_ago if state == "done" else just_now,
                         "finished": an_hour_ago if state == "done" else None,
                     },
                 )

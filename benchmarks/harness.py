@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -137,33 +138,55 @@ def run_latency(
     results = []
     for backend, scenario, rows in scenarios:
         entry: dict[str, Any] = {"backend": backend, "scenario": scenario, "rows": rows}
-        for implementation in (QUEUECORE, FLOOR):
-            revision = databases.FLOOR_REVISION if implementation == FLOOR else "head"
-            started = time.monotonic()
-            if backend == "sqlite":
-                path = folder / f"latency-{scenario}-{implementation}.db"
-                databases.migrate(f"sqlite:///{path}", revision)
-                databases.seed(f"sqlite:///{path}", queued=queued, done=rows)
-                target = Target("sqlite", str(path))
-            else:
-                assert postgres is not None
-                url = postgres.create(f"latency_{scenario}_{implementation}")
-                databases.migrate(url, revision)
-                if scenario == "purged":
-                    latency.churn(url, rows)
-                    databases.seed(url, queued=queued, analyze=False)
-                else:
-                    databases.seed(url, queued=queued, done=rows)
+        started = time.monotonic()
+        targets = {
+            implementation: latency_target(folder, postgres, backend, scenario, implementation)
+            for implementation in (QUEUECORE, FLOOR)
+        }
+        if scenario == "purged":
+            # Set-up, not a measurement: both tables churn at once to halve the wait.
+            with ThreadPoolExecutor(len(targets)) as pool:
+                urls = [t.url for t in targets.values()]
+                list(pool.map(latency.churn, urls, [rows] * len(urls)))
+        for target in targets.values():
+            databases.seed(
+                target.url,
+                queued=queued,
+                done=rows if scenario == "done" else 0,
+                analyze=scenario != "purged",
+            )
+        log(f"latency {backend} {scenario}: set-up {time.monotonic() - started:.0f} s")
+        for implementation, target in targets.items():
+            if postgres is not None:
                 postgres.checkpoint()
-                target = Target("postgresql", url)
             measured = latency.measure(implementation, target, plan.latency_samples)
             entry[implementation] = asdict(measured)
             log(
                 f"latency {backend} {scenario} {implementation}: median {measured.median_ms:.3f} ms"
-                f", p99 {measured.p99_ms:.3f} ms (set-up {time.monotonic() - started:.0f} s)"
+                f", p99 {measured.p99_ms:.3f} ms"
             )
         results.append(entry)
     return results
+
+
+def latency_target(
+    folder: Path,
+    postgres: databases.PostgresDatabases | None,
+    backend: str,
+    scenario: str,
+    implementation: str,
+) -> Target:
+    """An empty, migrated table: queuecore's at head, the floor's at the first migration."""
+    revision = databases.FLOOR_REVISION if implementation == FLOOR else "head"
+    if backend == "sqlite":
+        url = f"sqlite:///{folder / f'latency-{scenario}-{implementation}.db'}"
+        target = Target("sqlite", url.removeprefix("sqlite:///"))
+    else:
+        assert postgres is not None
+        url = postgres.create(f"latency_{scenario}_{implementation.split()[0]}")
+        target = Target("postgresql", url)
+    databases.migrate(url, revision)
+    return target
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
