@@ -79,6 +79,15 @@ def seed(url: str, queued: int, done: int = 0, *, analyze: bool = True) -> None:
     engine.dispose()
 
 
+def use_wal(path: Path) -> None:
+    """Switch a SQLite file to WAL before the workers open it, so they do not race to."""
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.close()
+
+
 class PostgresDatabases:
     """Creates databases on one server for the benchmark and drops them all at the end."""
 

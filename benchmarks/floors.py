@@ -57,7 +57,16 @@ class SQLiteFloor:
         self.lease_seconds = lease_seconds
         self.conn = sqlite3.connect(path, isolation_level=None, timeout=30)
         self.conn.execute("PRAGMA busy_timeout = 30000")
-        self.conn.execute("PRAGMA journal_mode = WAL")
+        # Switching to WAL can answer "locked" at once (no busy wait) while another
+        # connection opens the file: retry, as any real implementation must.
+        for attempt in range(100):
+            try:
+                self.conn.execute("PRAGMA journal_mode = WAL")
+                break
+            except sqlite3.OperationalError:
+                if attempt == 99:
+                    raise
+                time.sleep(0.01)
         self.conn.execute(f"PRAGMA synchronous = {synchronous}")
 
     def claim(self, worker: str, limit: int) -> list[Claimed]:

@@ -6,12 +6,15 @@ Everything here runs in a spawned process, so each worker's peak RSS is its own.
 
 from __future__ import annotations
 
+import contextlib
 import resource
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Barrier
+from pathlib import Path
+from typing import Any
 
 QUEUECORE = "queuecore"
 #: queuecore completing with `complete_many` over an ack window: shown on its own rows.
@@ -49,12 +52,21 @@ class Target:
 Drained = tuple[list[int], float, float]
 
 
-def _queuecore(target: Target, limit: int, name: str, barrier: Barrier) -> Drained:
-    """One claim, then each job's complete: each its own transaction."""
+def _connect_queuecore(target: Target) -> Any:
+    """queuecore on the target, on the same stdlib sqlite3 as the floor and huey (its
+    warning about this machine's SQLite build is in the README, not in every worker)."""
+    import warnings
+
     import queuecore
 
+    warnings.simplefilter("ignore", queuecore.SQLiteBuildWarning)
     options = {"synchronous": target.synchronous} if target.backend == "sqlite" else {}
-    with queuecore.connect(target.url, **options) as queue:
+    return queuecore.connect(target.url, **options)
+
+
+def _queuecore(target: Target, limit: int, name: str, barrier: Barrier) -> Drained:
+    """One claim, then each job's complete: each its own transaction."""
+    with _connect_queuecore(target) as queue:
         queue.stats()  # the pool's connection is open before the clock starts
         barrier.wait()
         start = time.perf_counter()
@@ -73,8 +85,7 @@ def _queuecore_ack_window(target: Target, limit: int, name: str, barrier: Barrie
     worker may do: a crash can only make the held jobs run again once their leases end."""
     import queuecore
 
-    options = {"synchronous": target.synchronous} if target.backend == "sqlite" else {}
-    with queuecore.connect(target.url, **options) as queue:
+    with _connect_queuecore(target) as queue:
         queue.stats()
         barrier.wait()
         start = time.perf_counter()
@@ -193,4 +204,14 @@ def worker(
         barrier.abort()
         out.send(f"{name}: {type(error).__name__}: {error}")
         raise
-    out.send((ran, start, end, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
+    out.send((ran, start, end, peak_rss_kib()))
+
+
+def peak_rss_kib() -> int:
+    """This process's peak resident memory. Linux keeps `ru_maxrss` across exec, so a
+    spawned worker would report its parent's peak; VmHWM starts afresh with the program."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

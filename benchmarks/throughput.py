@@ -86,6 +86,7 @@ class Databases:
                 revision = databases.FLOOR_REVISION if implementation == FLOOR else "head"
                 shutil.copyfile(self._sqlite_template(revision), path)
                 databases.seed(f"sqlite:///{path}", queued=jobs)
+                databases.use_wal(path)
             return Target("sqlite", str(path), synchronous)
         url = self._pg_database(implementation)
         target = Target("postgresql", url)
