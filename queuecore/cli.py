@@ -72,6 +72,16 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument(
         "--exit-when-idle", type=float, metavar="S", help="exit once no job was ready for S s"
     )
+    worker.add_argument(
+        "--ack-batch", type=int, default=100, metavar="N", help="completions per commit (100)"
+    )
+    worker.add_argument(
+        "--ack-ms",
+        type=float,
+        default=50.0,
+        metavar="T",
+        help="longest wait of a completion for its batch, ms (50); 0 or --ack-batch 1: none",
+    )
     worker.add_argument("--name", help="worker name in the jobs table (default host-pid)")
     worker.add_argument("--log-level", default="INFO", type=str.upper)
 
@@ -173,7 +183,7 @@ def _worker(args: argparse.Namespace) -> int:
         lease_seconds=args.lease_seconds,
         backoff_base=args.backoff_base,
         backoff_cap=args.backoff_cap,
-        pool_size=args.concurrency + 2,  # slots, claimer, heartbeat: see Worker
+        pool_size=args.concurrency + 3,  # slots, claimer, heartbeat, ack window: see Worker
     )
     try:
         Worker(
@@ -186,6 +196,8 @@ def _worker(args: argparse.Namespace) -> int:
             poll_interval=args.poll_interval,
             grace_seconds=args.grace_seconds,
             exit_when_idle=args.exit_when_idle,
+            ack_batch=args.ack_batch,
+            ack_seconds=args.ack_ms / 1000,
         ).run()
     finally:
         queue.close()

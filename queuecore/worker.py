@@ -6,6 +6,7 @@ Threads, and why each exists:
   and waits cheaply when there are none;
 - N slots each run one handler at a time, each on its own pooled connection;
 - one heartbeat thread extends every held lease about every lease/3 (W3);
+- the ack window's thread completes finished jobs in batches (`queuecore.acks`);
 - on PostgreSQL, a listener turns NOTIFYs of new jobs into an immediate claim (W6).
 
 `run()` on the main thread leaves that thread nothing to do but wait and receive
@@ -26,8 +27,9 @@ from collections.abc import Callable, Iterable, Mapping
 from types import FrameType
 
 from queuecore import validate
+from queuecore.acks import Ack, AckWindow
 from queuecore.handling import Handler, Lease, Permanent, Retry, run_handler
-from queuecore.job import Job
+from queuecore.job import Completions, Job
 from queuecore.protocol import Effect, Listener, Queue
 from queuecore.sqlqueue import ERROR_TEXT_LIMIT
 
@@ -47,8 +49,14 @@ class Worker:
     or `Retry(seconds)`; any other exception fails the job with its backoff. Inside a
     handler, `queuecore.current_lease().lost` is set once the job was lost (W3).
 
-    The queue's connection pool must allow `concurrency + 2` connections at once
-    (slots, claimer, heartbeat); the command line sizes it.
+    Completions wait in an ack window until `ack_batch` of them, or the oldest has waited
+    `ack_seconds`, then commit together (one transaction instead of one per job); a job
+    in the window keeps its lease, so a crash only makes it run again. `ack_batch=1` or
+    `ack_seconds=0` completes each job at once. Held leases never exceed
+    `concurrency + prefetch + ack_batch`.
+
+    The queue's connection pool must allow `concurrency + 3` connections at once
+    (slots, claimer, heartbeat, ack window); the command line sizes it.
     """
 
     def __init__(
@@ -64,6 +72,8 @@ class Worker:
         heartbeat_seconds: float | None = None,
         grace_seconds: float = 30.0,
         exit_when_idle: float | None = None,
+        ack_batch: int = 100,
+        ack_seconds: float = 0.05,
     ) -> None:
         if not isinstance(handlers, Mapping):
             raise TypeError(f"handlers must be a mapping of kind -> handler, got {handlers!r}")
@@ -88,12 +98,16 @@ class Worker:
             if exit_when_idle is None
             else validate.non_negative_seconds("exit_when_idle", exit_when_idle)
         )
+        self.ack_batch = validate.at_least("ack_batch", ack_batch, 1)
+        self.ack_seconds = validate.non_negative_seconds("ack_seconds", ack_seconds)
         #: True while PostgreSQL notifications wake this worker; polling is then only a fallback.
         self.listening = False
 
         self._lock = threading.Lock()
-        self._leases: dict[int, Lease] = {}  # every job held: running or waiting for a slot
+        self._leases: dict[int, Lease] = {}  # every job held: waiting, running or acking
         self._waiting: deque[Lease] = deque()  # claimed, not yet started
+        self._acking = 0  # how many of the held jobs wait in the ack window
+        self._acks: AckWindow | None = None  # while serving, unless completing one by one
         self._work = threading.Condition(self._lock)  # a job is waiting, or stopping
         self._wake = threading.Event()  # the claimer should look again
         self._stopping = threading.Event()
@@ -151,6 +165,11 @@ class Worker:
             self._crash = exc
 
     def _serve(self) -> None:
+        if self.ack_batch > 1 and self.ack_seconds > 0:
+            self._acks = AckWindow(
+                self.queue, size=self.ack_batch, max_wait=self.ack_seconds, settle=self._settle
+            )
+            self._acks.start()
         slots = [
             threading.Thread(target=self._slot, name=f"queuecore-slot-{i}", daemon=True)
             for i in range(self.concurrency)
@@ -165,11 +184,14 @@ class Worker:
             thread.daemon = True
             thread.start()
         log.info(
-            "worker %s started: %d slot(s), queues %s, heartbeat every %.1fs",
+            "worker %s started: %d slot(s), queues %s, heartbeat every %.1fs, %s",
             self.name,
             self.concurrency,
             ",".join(self.queues) if self.queues else "(all)",
             self.heartbeat_seconds,
+            f"acks in batches of up to {self.ack_batch} or {self.ack_seconds * 1000:g} ms"
+            if self._acks
+            else "each job completed at once",
         )
         try:
             self._claim_until_stopped()
@@ -194,6 +216,8 @@ class Worker:
             if left <= 0:
                 break
             self._hurry.wait(min(left, 0.05))
+        if self._acks is not None:
+            self._acks.close()  # the finished jobs' completions commit before the exit
         with self._lock:
             abandoned = len(self._leases)
         if abandoned:
@@ -205,8 +229,18 @@ class Worker:
     # --- claiming ---------------------------------------------------------------------
 
     def _room(self) -> int:
+        """How many jobs to claim: enough to keep the slots (and prefetch) busy, while the
+        ack window may hold up to `ack_batch` more leases; a window that grows past that
+        (its flush is slow) holds claiming back instead of letting leases pile up."""
         with self._lock:
-            return self.concurrency + self.prefetch - len(self._leases)
+            return min(
+                self.concurrency + self.prefetch - self._active(),
+                self.concurrency + self.prefetch + self.ack_batch - len(self._leases),
+            )
+
+    def _active(self) -> int:
+        """Jobs running or waiting for a slot (the caller holds the lock)."""
+        return len(self._leases) - self._acking
 
     def _claim_until_stopped(self) -> None:
         pause = FIRST_IDLE_PAUSE
@@ -229,7 +263,9 @@ class Worker:
                 pause, idle_since = FIRST_IDLE_PAUSE, None
                 continue
             wait = self.poll_interval if self.listening else pause
-            if self._room() < self.concurrency + self.prefetch:
+            with self._lock:
+                busy = self._active() > 0
+            if busy:
                 idle_since = None  # handlers still running: not idle
             elif self.exit_when_idle is not None:
                 idle_since = idle_since or time.monotonic()
@@ -259,14 +295,24 @@ class Worker:
                 if self._stopping.is_set():
                     return
                 lease = self._waiting.popleft()
+            handed_on = False
             try:
-                self._process(lease)
+                handed_on = self._process(lease)
             finally:
-                with self._lock:
-                    del self._leases[lease.job.id]
-                self._wake.set()
+                if not handed_on:
+                    self._let_go(lease)
 
-    def _process(self, lease: Lease) -> None:
+    def _let_go(self, lease: Lease, *, acked: bool = False) -> None:
+        """The job was reported (or left to its lease): room for another claim."""
+        with self._lock:
+            del self._leases[lease.job.id]
+            if acked:
+                self._acking -= 1
+        self._wake.set()
+
+    def _process(self, lease: Lease) -> bool:
+        """Run the job and report it; True when its completion went to the ack window,
+        which lets go of the lease once it flushed."""
         job = lease.job
         started = time.monotonic()
         handler = self.handlers.get(job.kind)
@@ -277,7 +323,7 @@ class Worker:
                 f"no handler for kind {job.kind!r} in worker {self.name} (it knows: {known})",
                 started,
             )
-            return
+            return False
         try:
             effect = run_handler(handler, lease)
             if effect is not None and not callable(effect):
@@ -287,17 +333,46 @@ class Worker:
                 )
         except Exception as exc:
             self._fail(lease, exc, started)
-            return
-        self._complete(lease, effect, started)
+            return False
+        return self._complete(lease, effect, started)
 
-    def _complete(self, lease: Lease, effect: Effect | None, started: float) -> None:
-        """Every completion goes through here (one place to batch them later)."""
+    def _complete(self, lease: Lease, effect: Effect | None, started: float) -> bool:
+        """Every completion goes through here: to the ack window (True), or at once."""
+        if self._acks is not None:
+            with self._lock:
+                self._acking += 1
+            self._acks.add(Ack(lease, effect, started))
+            return True
         lease.reporting = True
         try:
             done = self.queue.complete(lease.job, effect=effect)
         except Exception as exc:  # the effect raised (rolled back), or the database did
             self._fail(lease, exc, started)
-            return
+            return False
+        self._log_completion(lease, done, started)
+        return False
+
+    def _settle(self, batch: list[Ack], outcome: Completions | Exception) -> None:
+        """Report what one flush of the ack window did, one log line per job, as one by
+        one: an effect that raised fails only its own job; a batch that never committed
+        leaves every job to its lease (it runs again), never reported done."""
+        for index, ack in enumerate(batch):
+            try:
+                if isinstance(outcome, Exception):
+                    log.error(
+                        "%s finished, but its completion did not commit (%s); its lease "
+                        "will hand it on",
+                        label(ack.lease),
+                        describe(outcome),
+                    )
+                elif index in outcome.errors:
+                    self._fail(ack.lease, outcome.errors[index], ack.started)
+                else:
+                    self._log_completion(ack.lease, outcome[index], ack.started)
+            finally:
+                self._let_go(ack.lease, acked=True)
+
+    def _log_completion(self, lease: Lease, done: bool, started: float) -> None:
         if done:
             log.info("%s done in %.3fs", label(lease), time.monotonic() - started)
         else:
@@ -339,8 +414,7 @@ class Worker:
         else:
             if released:
                 log.info("%s released unstarted", label(lease))
-        with self._lock:
-            del self._leases[lease.job.id]
+        self._let_go(lease)
 
     # --- keeping leases ---------------------------------------------------------------
 
