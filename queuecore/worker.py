@@ -342,6 +342,7 @@ class Worker:
             with self._lock:
                 self._acking += 1
             self._acks.add(Ack(lease, effect, started))
+            self._wake.set()  # the slot is free: claim its next job now, not after the flush
             return True
         lease.reporting = True
         try:
