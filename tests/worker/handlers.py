@@ -6,6 +6,8 @@ import time
 from pathlib import Path
 
 from queuecore import Job, Registry
+from queuecore.demo_jobs import record
+from queuecore.protocol import Effect
 
 REGISTRY = Registry()
 
@@ -20,3 +22,11 @@ def slow(job: Job) -> None:
 @REGISTRY.handler("quick")
 def quick(job: Job) -> None:
     return None
+
+
+@REGISTRY.handler("recorded")
+def recorded(job: Job) -> Effect:
+    """Says it ran (a file the test waits for), then returns the demo's ledger effect,
+    which counts how many completions committed."""
+    Path(job.payload["ran"]).touch()
+    return record(job)
