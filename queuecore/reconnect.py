@@ -87,6 +87,13 @@ class Outage:
             log.warning("queuecore: database connection back after %.1fs", time.monotonic() - since)
 
 
+def connection_lost(exc: BaseException) -> bool:
+    """Whether `exc` is a lost connection that the queue's own retries did not outlast:
+    the database is out of reach, the operation itself is not at fault, and the queue
+    has already logged the outage."""
+    return getattr(exc, LOST, None) is not None
+
+
 @contextmanager
 def transaction(engine: Engine) -> Iterator[Connection]:
     """`engine.begin()`, marking an error that means "the connection is gone" with
