@@ -212,9 +212,14 @@ class SQLQueue:
         dialect = self.engine.dialect
         try:
             raw, driver = self._hot_connection()
-        except exc.DBAPIError as error:
-            setattr(error, LOST, "before commit")
-            raise
+        except dialect.loaded_dbapi.Error as error:
+            # Unlike engine.connect(), the pool hands on the driver's own error: wrapped, so
+            # that `reconnecting` and the worker know a connection that could not be made.
+            unreachable = exc.DBAPIError.instance(
+                None, None, error, dialect.loaded_dbapi.Error, dialect=dialect
+            )
+            setattr(unreachable, LOST, "before commit")
+            raise unreachable from error
         try:
             driver_steps = [(c.sql, c.parameters(params)) for c, params in steps]
             outcomes = self._run_on_driver(driver, driver_steps)
