@@ -397,14 +397,10 @@ def outcomes(engine: Engine, queue_name: str) -> list[dict[str, Any]]:
 def _judge(kind: Any, rows: list[dict[str, Any]]) -> KindVerdict:
     done = [r for r in rows if r["state"] == "done"]
     dead = [r for r in rows if r["state"] == "dead"]
-    if kind.succeeds:
-        passed = len(done) == len(rows) and all(r["ledger"] == 1 for r in rows)
-        expected = "done, 1 ledger row"
-    else:
-        passed = len(dead) == len(rows) and all(
-            r["attempts"] == r["max_attempts"] and r["ledger"] == 0 for r in rows
-        )
-        expected = f"dead at {kind.max_attempts} attempts, no row"
+    passed = all(kind.ended_right(r["state"], r["attempts"], r["ledger"]) for r in rows)
+    expected = (
+        "done, 1 ledger row" if kind.succeeds else f"dead at {kind.max_attempts} attempts, no row"
+    )
     row = [
         kind.name,
         len(rows),

@@ -53,6 +53,14 @@ class Kind:
     priority: int = 0
     spread: float = 0.0  # enqueued with a delay of up to this many leases
 
+    def ended_right(self, state: str, attempts: int, ledger_rows: int) -> bool:
+        """The verdict on one job of this kind once nothing is left running: one ledger row
+        proves its effect landed exactly once; a job that can never succeed is dead after
+        exactly its attempts, no more (a lost one) and no fewer (one burnt twice)."""
+        if self.succeeds:
+            return state == "done" and ledger_rows == 1
+        return state == "dead" and attempts == self.max_attempts and ledger_rows == 0
+
 
 # Kinds that succeed get attempts to spare for the supervisor's random kills; the two that
 # never succeed get few, so the demo shows them reaching dead quickly.

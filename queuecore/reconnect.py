@@ -18,12 +18,16 @@ and whether running it again could apply it twice:
 
 Pool pre-ping was the alternative: it costs a round trip on every checkout (every
 claim and complete) and still cannot save a transaction whose connection dies halfway.
+
+An outage is logged twice, when it starts and when it ends (`Outage`), however many
+threads and retries run into it in between: a restart must not bury the log.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -44,6 +48,50 @@ PAUSES = (0.0, 0.25, 0.5, 1.0, 2.0)
 LOST = "_queuecore_lost"
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Outage:
+    """Whether one queue's database is out of reach, shared by every thread using it.
+
+    The first lost connection says so at WARNING and the first success after it says how
+    long it lasted; everything between is DEBUG. A worker's slots, heartbeat and claimer
+    each meet the same restart, several times over: one line per meeting would be
+    dozens per second, and the one that matters would scroll away."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._since: float | None = None
+
+    def noticed(self, what: str, exc: DBAPIError) -> None:
+        cause = str(exc.orig).strip().partition("\n")[0]  # psycopg adds hint lines
+        with self._lock:
+            first = self._since is None
+            if first:
+                self._since = time.monotonic()
+        if first:
+            log.warning(
+                "queuecore: database connection lost %s; reconnecting with back-off, "
+                "quiet until it is back: %s",
+                what,
+                cause,
+            )
+        else:
+            log.debug("queuecore: still no database connection (%s): %s", what, cause)
+
+    def over(self) -> None:
+        if self._since is None:  # the usual case: no lock on the way of every operation
+            return
+        with self._lock:
+            since, self._since = self._since, None
+        if since is not None:
+            log.warning("queuecore: database connection back after %.1fs", time.monotonic() - since)
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether `exc` is a lost connection that the queue's own retries did not outlast:
+    the database is out of reach, the operation itself is not at fault, and the queue
+    has already logged the outage."""
+    return getattr(exc, LOST, None) is not None
 
 
 @contextmanager
@@ -71,21 +119,24 @@ def transaction(engine: Engine) -> Iterator[Connection]:
 def reconnecting(*, after_commit: Callable[[Mapping[str, Any]], bool] | bool) -> Callable[[F], F]:
     """Run the method again when its connection died. `after_commit` says whether that
     is safe when the commit was in flight (a predicate receives the keyword arguments).
-    A call inside the caller's own transaction (`conn=`) is the caller's to retry."""
+    A call inside the caller's own transaction (`conn=`) is the caller's to retry.
+    The instance's `_outage` (an `Outage`) hears of every loss and every success."""
 
     def decorate(method: F) -> F:
         @functools.wraps(method)
         def run(self: Any, *args: Any, **kwargs: Any) -> Any:
             if kwargs.get("conn") is not None:
                 return method(self, *args, **kwargs)
+            outage: Outage = self._outage
             pauses = iter(PAUSES)
             while True:
                 try:
-                    return method(self, *args, **kwargs)
+                    result = method(self, *args, **kwargs)
                 except DBAPIError as exc:
                     lost = getattr(exc, LOST, None)
                     if lost is None:
                         raise
+                    outage.noticed(f"{lost} of {method.__name__}", exc)
                     safe = after_commit(kwargs) if callable(after_commit) else after_commit
                     if lost == "during commit" and not safe:
                         raise OutcomeUnknownError(
@@ -96,13 +147,9 @@ def reconnecting(*, after_commit: Callable[[Mapping[str, Any]], bool] | bool) ->
                     pause = next(pauses, None)
                     if pause is None:
                         raise
-                    log.warning(
-                        "queuecore: connection lost %s of %s; retrying in %gs: %s",
-                        lost,
-                        method.__name__,
-                        pause,
-                        exc.orig,
-                    )
+                else:
+                    outage.over()
+                    return result
                 time.sleep(pause)
 
         return run  # type: ignore[return-value]

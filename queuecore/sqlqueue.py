@@ -28,7 +28,7 @@ from queuecore.compiled import Compiled
 from queuecore.job import Completions, EnqueueResult, Job, JobSnapshot, to_datetime
 from queuecore.migrate import ensure_schema
 from queuecore.protocol import Effect, Listener
-from queuecore.reconnect import LOST, reconnecting, transaction
+from queuecore.reconnect import LOST, Outage, reconnecting, transaction
 from queuecore.schema import DEAD, DONE, jobs
 
 ERROR_TEXT_LIMIT = 2000
@@ -87,6 +87,7 @@ class SQLQueue:
             **({"rng": rng} if rng is not None else {}),
         )
         self.engine = self.create_engine(bind, **engine_options)
+        self._outage = Outage()  # for `reconnecting`: each outage logged once, not per retry
         self._local = threading.local()
         self._hot_connections: weakref.WeakSet[PoolProxiedConnection] = weakref.WeakSet()
         self._read_engine = self.engine.execution_options(queuecore_read_only=True)
@@ -211,9 +212,14 @@ class SQLQueue:
         dialect = self.engine.dialect
         try:
             raw, driver = self._hot_connection()
-        except exc.DBAPIError as error:
-            setattr(error, LOST, "before commit")
-            raise
+        except dialect.loaded_dbapi.Error as error:
+            # Unlike engine.connect(), the pool hands on the driver's own error: wrapped, so
+            # that `reconnecting` and the worker know a connection that could not be made.
+            unreachable = exc.DBAPIError.instance(
+                None, None, error, dialect.loaded_dbapi.Error, dialect=dialect
+            )
+            setattr(unreachable, LOST, "before commit")
+            raise unreachable from error
         try:
             driver_steps = [(c.sql, c.parameters(params)) for c, params in steps]
             outcomes = self._run_on_driver(driver, driver_steps)

@@ -25,12 +25,14 @@ import traceback
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from types import FrameType
+from typing import TypeVar
 
 from queuecore import validate
 from queuecore.acks import Ack, AckWindow
 from queuecore.handling import Handler, Lease, Permanent, Retry, run_handler
 from queuecore.job import Completions, Job
 from queuecore.protocol import Effect, Listener, Queue
+from queuecore.reconnect import connection_lost
 from queuecore.sqlqueue import ERROR_TEXT_LIMIT
 
 log = logging.getLogger("queuecore.worker")
@@ -39,6 +41,8 @@ FIRST_IDLE_PAUSE = 0.05
 LISTEN_PROBE_TIMEOUT = 2.0
 LISTEN_SLICE = 0.2
 SIGNAL_CHECK_SECONDS = 0.2  # how long a stopping worker may wait for its listener thread
+
+T = TypeVar("T")
 
 
 class Worker:
@@ -254,7 +258,8 @@ class Worker:
             try:
                 jobs = self.queue.claim(self.name, limit=room, queues=self.queues)
             except Exception as exc:
-                log.warning("claim failed (%s); trying again in %.1fs", describe(exc), pause)
+                if not connection_lost(exc):  # an outage the queue has logged already
+                    log.warning("claim failed (%s); trying again in %.1fs", describe(exc), pause)
                 self._stopping.wait(pause)
                 pause = min(pause * 2, self.poll_interval)
                 continue
@@ -346,8 +351,14 @@ class Worker:
             return True
         lease.reporting = True
         try:
-            done = self.queue.complete(lease.job, effect=effect)
+            done = self._until_reachable(lambda: self.queue.complete(lease.job, effect=effect))
         except Exception as exc:  # the effect raised (rolled back), or the database did
+            if connection_lost(exc):  # given up on a second stop signal
+                log.warning(
+                    "%s finished, but the database is out of reach: its lease will hand it on",
+                    label(lease),
+                )
+                return
             self._fail(lease, exc, started)
             return False
         self._log_completion(lease, done, started)
@@ -383,11 +394,13 @@ class Worker:
         lease.reporting = True
         text = error if isinstance(error, str) else error_text(error)
         try:
-            outcome = self.queue.fail(
-                lease.job,
-                text,
-                retry_in=error.seconds if isinstance(error, Retry) else None,
-                permanent=isinstance(error, Permanent),
+            outcome = self._until_reachable(
+                lambda: self.queue.fail(
+                    lease.job,
+                    text,
+                    retry_in=error.seconds if isinstance(error, Retry) else None,
+                    permanent=isinstance(error, Permanent),
+                )
             )
         except Exception as exc:
             log.error(
@@ -404,6 +417,23 @@ class Worker:
             what = "queued for a retry" if outcome == "queued" else "dead"
             log.info("%s failed in %.3fs, %s: %s", label(lease), elapsed, what, first_line(text))
         log.debug("%s failure in full:\n%s", label(lease), text)
+
+    def _until_reachable(self, report: Callable[[], T]) -> T:
+        """Make a report (complete, fail) until the database takes it. Giving up on an
+        outage would blame it on the job: a handler that succeeded reported as failed,
+        its attempt spent and its work done again, or the job dead if that was its last
+        attempt. Repeating is safe: the fence refuses a report once another claim took
+        the job over, and lets a late one land when nobody did (R09). Only a second
+        stop signal ends the wait; the queue has logged the outage."""
+        pause = FIRST_IDLE_PAUSE
+        while True:
+            try:
+                return report()
+            except Exception as exc:
+                if not connection_lost(exc) or self._hurry.is_set():
+                    raise
+            self._hurry.wait(pause)
+            pause = min(pause * 2, self.poll_interval)
 
     def _release(self, lease: Lease) -> None:
         try:
@@ -429,6 +459,8 @@ class Worker:
                 try:
                     held = self.queue.heartbeat(lease.job)
                 except Exception as exc:
+                    if connection_lost(exc):  # logged by the queue; the next round tries again
+                        break
                     log.warning("heartbeat of %s failed (%s)", label(lease), describe(exc))
                     continue
                 if not held and not lease.reporting:
@@ -441,11 +473,17 @@ class Worker:
     # --- being woken ------------------------------------------------------------------
 
     def _listen(self, open_listener: Callable[[], Listener | None]) -> None:
+        """LISTEN, and LISTEN again on a new connection whenever it is lost, trying every
+        poll interval meanwhile (the claimer polls then). A lost LISTEN is said once,
+        not at every try, and "listening" again says it is over."""
+        said = False  # that LISTEN is lost, since it last worked
         while not self._finished.is_set():
             try:
                 listener = open_listener()
             except Exception as exc:
-                log.warning("cannot LISTEN for new jobs (%s); polling", describe(exc))
+                if not said:
+                    log.warning("cannot LISTEN for new jobs (%s); polling", describe(exc))
+                    said = True
                 self._finished.wait(self.poll_interval)
                 continue
             if listener is None:
@@ -460,6 +498,7 @@ class Worker:
                     )
                     return
                 self.listening = True
+                said = False
                 self._wake.set()  # the claimer now waits on notifications, not a short pause
                 log.info("listening for new jobs; polling every %.1fs too", self.poll_interval)
                 while not self._finished.is_set():
@@ -467,7 +506,9 @@ class Worker:
                     if any(self.queues is None or n in self.queues for n in names):
                         self._wake.set()
             except Exception as exc:
-                log.warning("the LISTEN connection failed (%s); polling", describe(exc))
+                if not said:
+                    log.warning("the LISTEN connection failed (%s); polling", describe(exc))
+                    said = True
                 self._finished.wait(self.poll_interval)
             finally:
                 self.listening = False

@@ -74,3 +74,37 @@ def rows(dsn: str, sql: str, **params: Any) -> list[tuple[Any, ...]]:
             return [tuple(row) for row in conn.execute(sa.text(sql), params)]
     finally:
         engine.dispose()
+
+
+class Terminator:
+    """Ends server backends of one database, all at the same instant, and waits until
+    each has really gone."""
+
+    def __init__(self, server_dsn: str, database: str) -> None:
+        self.admin = sa.create_engine(server_dsn, isolation_level="AUTOCOMMIT")
+        self.database = database
+
+    def _end(self, where: str, **params: object) -> int:
+        with self.admin.connect() as conn:
+            # In the select list, never in WHERE: the planner may run WHERE terms in any
+            # order, and would end backends that the other terms were there to spare.
+            signalled = conn.execute(
+                sa.text(
+                    "SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity "
+                    f"WHERE datname = :database AND pid <> pg_backend_pid() AND {where}"
+                ),
+                {"database": self.database, **params},
+            ).all()
+            ended = [pid for pid, terminated in signalled if terminated]
+            gone = sa.text("SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = ANY(:pids)")
+            deadline = time.monotonic() + PATIENCE
+            while not conn.execute(gone, {"pids": ended}).scalar():
+                assert time.monotonic() < deadline, f"backends {ended} outlived SIGTERM"
+                time.sleep(0.01)
+        return len(ended)
+
+    def every_connection(self) -> int:
+        return self._end("true")
+
+    def backend(self, pid: int) -> int:
+        return self._end("pid = :pid", pid=pid)

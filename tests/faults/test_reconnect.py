@@ -12,35 +12,9 @@ import sqlalchemy as sa
 
 import queuecore
 from tests.faults.actors import create_ledger, write_ledger
-from tests.faults.helpers import rows
+from tests.faults.helpers import Terminator, rows
 
 pytestmark = [pytest.mark.postgresql_only, pytest.mark.parametrize("backend", ["postgresql"])]
-
-
-class Terminator:
-    """Ends server backends of one database, waiting until each has really gone."""
-
-    def __init__(self, server_dsn: str, database: str) -> None:
-        self.admin = sa.create_engine(server_dsn, isolation_level="AUTOCOMMIT")
-        self.database = database
-
-    def _end(self, where: str, **params: object) -> int:
-        with self.admin.connect() as conn:
-            return len(
-                conn.execute(
-                    sa.text(
-                        "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity "
-                        f"WHERE datname = :database AND pid <> pg_backend_pid() AND {where}"
-                    ),
-                    {"database": self.database, **params},
-                ).all()
-            )
-
-    def every_connection(self) -> int:
-        return self._end("true")
-
-    def backend(self, pid: int) -> int:
-        return self._end("pid = :pid", pid=pid)
 
 
 @pytest.fixture

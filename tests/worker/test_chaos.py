@@ -66,12 +66,7 @@ def test_chaos_every_job_ends_as_its_kind_must_with_exactly_one_effect(make_queu
     rules = {k.name: k for k in KINDS}
     wrong = []
     for job_id, row in found.items():
-        kind = rules[kinds[job_id]]
-        if kind.succeeds:
-            ok = row.state == "done" and effects[job_id] == 1
-        else:
-            ok = row.state == "dead" and row.attempts == kind.max_attempts and not effects[job_id]
-        if not ok:
+        if not rules[kinds[job_id]].ended_right(row.state, row.attempts, effects[job_id]):
             wrong.append((job_id, row.kind, row.state, row.attempts, effects[job_id]))
     assert wrong == [], f"(id, kind, state, attempts, ledger rows); {context}"
     assert set(effects) <= set(found), "a ledger row for a job of no one"
