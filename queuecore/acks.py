@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from queuecore.handling import Lease
 from queuecore.job import Completions, Job
 from queuecore.protocol import Effect, Queue
+from queuecore.reconnect import connection_lost
 
 log = logging.getLogger("queuecore.worker")
 
@@ -38,8 +39,10 @@ class Ack:
 
 
 #: Called once per flush with the batch, in order, and either the `Completions` of
-#: `complete_many` or the exception that stopped it from committing (twice).
+#: `complete_many` or the exception that stopped it from committing.
 Settle = Callable[[list[Ack], Completions | Exception], None]
+#: Runs a report until the database takes it, riding out an outage (the worker's).
+Persist = Callable[[Callable[[], Completions]], Completions]
 
 
 class AckWindow:
@@ -47,11 +50,14 @@ class AckWindow:
     the oldest has waited `max_wait` seconds; on its own thread, so that the slot which
     hands over a completion is free for its next job at once."""
 
-    def __init__(self, queue: Queue, *, size: int, max_wait: float, settle: Settle) -> None:
+    def __init__(
+        self, queue: Queue, *, size: int, max_wait: float, settle: Settle, persist: Persist
+    ) -> None:
         self.queue = queue
         self.size = size
         self.max_wait = max_wait
         self._settle = settle
+        self._persist = persist
         self._waiting: list[Ack] = []
         self._changed = threading.Condition()
         self._closing = False
@@ -111,17 +117,20 @@ class AckWindow:
         effects = [ack.effect for ack in batch]
         outcome: Completions | Exception
         try:
-            outcome = self._complete(jobs, effects)
+            outcome = self._persist(lambda: self._complete(jobs, effects))
         except Exception as error:
-            # Nothing committed (complete_many rolls the whole batch back). A lost
-            # connection was already retried inside; try once more for a passing error
-            # such as a busy database, then leave the jobs to their leases.
-            log.warning("completing %d job(s) failed (%s); trying once more", len(batch), error)
-            time.sleep(RETRY_PAUSE)
-            try:
-                outcome = self._complete(jobs, effects)
-            except Exception as again:
-                outcome = again
+            # Nothing committed (complete_many rolls the whole batch back). An outage was
+            # ridden out by `persist` (this is a stop given up on); try once more for a
+            # passing error such as a busy database, then leave the jobs to their leases.
+            if connection_lost(error):
+                outcome = error
+            else:
+                log.warning("completing %d job(s) failed (%s); trying once more", len(batch), error)
+                time.sleep(RETRY_PAUSE)
+                try:
+                    outcome = self._complete(jobs, effects)
+                except Exception as again:
+                    outcome = again
         try:
             self._settle(batch, outcome)
         except Exception:  # the window must outlive a bug in reporting

@@ -171,7 +171,11 @@ class Worker:
     def _serve(self) -> None:
         if self.ack_batch > 1 and self.ack_seconds > 0:
             self._acks = AckWindow(
-                self.queue, size=self.ack_batch, max_wait=self.ack_seconds, settle=self._settle
+                self.queue,
+                size=self.ack_batch,
+                max_wait=self.ack_seconds,
+                settle=self._settle,
+                persist=self._until_reachable,
             )
             self._acks.start()
         slots = [
@@ -358,7 +362,7 @@ class Worker:
                     "%s finished, but the database is out of reach: its lease will hand it on",
                     label(lease),
                 )
-                return
+                return False
             self._fail(lease, exc, started)
             return False
         self._log_completion(lease, done, started)
