@@ -361,6 +361,17 @@ def postgres_server(args: argparse.Namespace) -> Iterator[str | None]:
             yield url
 
 
+def _counts(text: str) -> tuple[int, ...]:
+    """A comma-separated list of positive counts, as `--workers` and `--claims` take."""
+    try:
+        counts = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected counts like 1,2,4, got {text!r}") from None
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"counts must be at least 1, got {text!r}")
+    return counts
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=DESCRIPTION)
     parser.add_argument(
@@ -375,14 +386,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-postgres", action="store_true", help="measure SQLite only")
     parser.add_argument("--repeats", type=int, help="runs per throughput row (median is shown)")
     parser.add_argument("--skip-latency", action="store_true", help="throughput rows only")
+    parser.add_argument(
+        "--only", choices=("sqlite", "postgresql"), help="measure this backend's rows only"
+    )
+    parser.add_argument(
+        "--workers", type=_counts, help="throughput rows with these worker counts, e.g. 1,2,4"
+    )
+    parser.add_argument(
+        "--claims", type=_counts, help="throughput rows claiming these many jobs, e.g. 1"
+    )
     args = parser.parse_args(argv)
+    if args.only == "postgresql" and args.no_postgres:
+        parser.error("--only postgresql contradicts --no-postgres")
     plan = QUICK if args.quick else Plan()
+    narrowed: dict[str, Any] = {}
     if args.repeats:
-        plan = Plan(**{**asdict(plan), "repeats": args.repeats})
+        narrowed["repeats"] = args.repeats
+    if args.workers:
+        narrowed["workers"] = args.workers
+        narrowed["full_sync_workers"] = tuple(
+            w for w in plan.full_sync_workers if w in args.workers
+        )
+    if args.claims:
+        narrowed["limits"] = args.claims
+    plan = Plan(**{**asdict(plan), **narrowed})
     started = time.monotonic()
+    if args.only == "sqlite":
+        args.no_postgres = True
     with tempfile.TemporaryDirectory(prefix="qcbench-") as scratch, postgres_server(args) as server:
         postgres = databases.PostgresDatabases(server) if server else None
-        backends = ["sqlite"] + (["postgresql"] if postgres else [])
+        available = ["sqlite"] + (["postgresql"] if postgres else [])
+        backends = [b for b in available if args.only in (None, b)]
         try:
             info = machine(postgres)
             rows = run_throughput(plan, throughput.Databases(Path(scratch), postgres), backends)
