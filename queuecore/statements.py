@@ -17,6 +17,7 @@ from sqlalchemy import (
     bindparam,
     delete,
     func,
+    literal_column,
     select,
     update,
 )
@@ -64,7 +65,16 @@ def retire(now: Now) -> Update:
     )
 
 
-def picked(now: Now, queue_count: int | None) -> Select:
+#: The claim's size as the caller gives it.
+LIMIT = bindparam("limit")
+#: A one-job claim's size, written into its SQL. Bound as `LIMIT $n`, PostgreSQL's plan
+#: cache prices the generic plan at a tenth of the ready rows, never picks it, and plans
+#: the whole claim afresh on every call: with several workers that planning, not the
+#: claim itself, used up the CPU.
+ONE = literal_column("1")
+
+
+def picked(now: Now, queue_count: int | None, limit: ColumnElement[int]) -> Select:
     """R05: the ready jobs in claim order, at most `limit`, locked against other claims
     (`FOR UPDATE SKIP LOCKED`; SQLite drops it: its write lock already serialises claims).
 
@@ -75,7 +85,7 @@ def picked(now: Now, queue_count: int | None) -> Select:
         stmt = stmt.where(jobs.c.queue.in_([bindparam(f"queue_{i}") for i in range(queue_count)]))
     return (
         stmt.order_by(jobs.c.priority, jobs.c.visible_at, jobs.c.id)
-        .limit(bindparam("limit"))
+        .limit(limit)
         .with_for_update(skip_locked=True)
     )
 
@@ -93,10 +103,11 @@ def _claimed(now: Now) -> dict[str, object]:
 
 def claim_one(now: Now, queue_count: int | None) -> Update:
     """A one-job claim as `id = (SELECT … LIMIT 1)`: cheaper than a join on both dialects,
-    and one row needs no order."""
+    and one row needs no order. The 1 is a literal, so PostgreSQL reuses one plan (ONE)."""
+    one = picked(now, queue_count, ONE).with_only_columns(jobs.c.id)
     return (
         update(jobs)
-        .where(jobs.c.id == picked(now, queue_count).with_only_columns(jobs.c.id).scalar_subquery())
+        .where(jobs.c.id == one.scalar_subquery())
         .values(**_claimed(now))
         .returning(*JOB_COLUMNS)
     )
@@ -106,7 +117,7 @@ def claim(now: Now, queue_count: int | None, *, ready_at: bool) -> Update:
     """R05/R06 in one statement for `limit` jobs. `ready_at` returns each job's
     `visible_at` from before the claim, for the caller to restore claim order; SQLite
     cannot return a column of another FROM table, so there `claim_order` runs first."""
-    chosen = picked(now, queue_count).subquery("picked")
+    chosen = picked(now, queue_count, LIMIT).subquery("picked")
     returning = [*JOB_COLUMNS, chosen.c.visible_at.label("ready_at")] if ready_at else JOB_COLUMNS
     return (
         update(jobs).where(jobs.c.id == chosen.c.id).values(**_claimed(now)).returning(*returning)
@@ -115,7 +126,7 @@ def claim(now: Now, queue_count: int | None, *, ready_at: bool) -> Update:
 
 def claim_order(now: Now, queue_count: int | None) -> Select:
     """The ids `claim` is about to take, in claim order (SQLite, under its write lock)."""
-    return picked(now, queue_count).with_only_columns(jobs.c.id)
+    return picked(now, queue_count, LIMIT).with_only_columns(jobs.c.id)
 
 
 def _fenced() -> ColumnElement[bool]:

@@ -156,3 +156,27 @@ def test_r16_stats_never_scans_finished_rows(crowded, db, clock):
 
         assert live.indexes and live.indexes <= READY and not live.full_scan, live
         assert dead.indexes == {DEAD} and not dead.full_scan, dead
+
+
+@pytest.mark.postgresql_only
+@pytest.mark.parametrize("clock_source", ["injected", "default"])
+def test_one_job_claim_keeps_one_plan_on_postgresql(make_queue, db, backend, clock_source):
+    """The driver prepares a statement it runs often; the server then plans it once, unless
+    a generic plan looks dearer than planning each call. A one-job claim must not look so
+    (a bound LIMIT did): re-planning it on every claim cost more CPU than running it."""
+    if backend != "postgresql":
+        pytest.skip("prepared statements and their plan cache are PostgreSQL's")
+    # Enough ready rows that a generic plan priced at a tenth of them looks dear; enqueued
+    # by another queue, so this one's connection holds only what a claim prepared.
+    make_queue().enqueue_many("k", [{}] * 10_000)
+    with db.begin() as conn:
+        conn.exec_driver_sql(f"ANALYZE {jobs.name}")
+    queue = make_queue() if clock_source == "injected" else make_queue(clock=None)
+    for _ in range(20):
+        [job] = queue.claim("w")
+        assert queue.complete(job)
+    _, driver = queue._hot_connection()
+    prepared = driver.execute(
+        "SELECT statement, generic_plans FROM pg_prepared_statements"
+    ).fetchall()
+    assert prepared and all(generic for _, generic in prepared), prepared
