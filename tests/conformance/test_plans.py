@@ -159,13 +159,12 @@ def test_r16_stats_never_scans_finished_rows(crowded, db, clock):
 
 
 @pytest.mark.postgresql_only
+@pytest.mark.parametrize("backend", ["postgresql"])  # a plan cache is PostgreSQL's alone
 @pytest.mark.parametrize("clock_source", ["injected", "default"])
 def test_one_job_claim_keeps_one_plan_on_postgresql(make_queue, db, backend, clock_source):
     """The driver prepares a statement it runs often; the server then plans it once, unless
     a generic plan looks dearer than planning each call. A one-job claim must not look so
     (a bound LIMIT did): re-planning it on every claim cost more CPU than running it."""
-    if backend != "postgresql":
-        pytest.skip("prepared statements and their plan cache are PostgreSQL's")
     # Enough ready rows that a generic plan priced at a tenth of them looks dear; enqueued
     # by another queue, so this one's connection holds only what a claim prepared.
     make_queue().enqueue_many("k", [{}] * 10_000)
