@@ -1,22 +1,4 @@
-"""Periodic-job tests reuse the conformance fixtures: every test on both backends, its
-own migrated database, a fake clock."""
+"""Periodic-job tests use the conformance fixtures, as the worker tests do: every test
+on both backends, its own migrated database, a fake clock."""
 
-from tests.conformance.conftest import (
-    backend,
-    clock,
-    dsn,
-    make_queue,
-    postgres_database,
-    queue,
-    sqlite_template,
-)
-
-__all__ = [
-    "backend",
-    "clock",
-    "dsn",
-    "make_queue",
-    "postgres_database",
-    "queue",
-    "sqlite_template",
-]
+from tests.worker.conftest import *  # noqa: F403 (pytest finds fixtures by their names)
