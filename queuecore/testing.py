@@ -18,7 +18,7 @@ import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from sqlalchemy import func, select
 
@@ -149,6 +149,14 @@ class FakeClock:
         self.now += seconds
 
 
+class MovableClock(Protocol):
+    """What `drain` needs of a clock: to read it and to move it on (a `FakeClock` does)."""
+
+    def __call__(self) -> float: ...
+
+    def advance(self, seconds: float) -> None: ...
+
+
 Report = Literal["done", "queued", "dead", "lost"]
 
 
@@ -167,7 +175,7 @@ def drain(
     queue: Queue,
     handlers: Mapping[str, Handler],
     *,
-    clock: FakeClock | None = None,
+    clock: MovableClock | None = None,
     queues: Sequence[str] | None = None,
     worker: str = "queuecore-testing",
     max_runs: int = 10_000,
@@ -175,7 +183,7 @@ def drain(
     """Run every ready job in this process, one at a time, until none is ready; report
     each outcome to the queue as a worker does (effects commit with the completion).
 
-    With `clock` (the queue's `FakeClock`), jobs that wait (retries, delays) are not left
+    With `clock` (the queue's fake clock), jobs that wait (retries, delays) are not left
     behind: the clock is moved on to the next one and draining goes on until no job is
     queued at all. Stops with RuntimeError after `max_runs` runs, which only a job that
     keeps enqueuing more reaches.
@@ -214,7 +222,7 @@ def _report(queue: Queue, job: Job, outcome: Outcome) -> Drained:
     return Drained(job, outcome, state or "lost")
 
 
-def _advance_to_next(queue: Queue, clock: FakeClock, queues: Sequence[str] | None) -> bool:
+def _advance_to_next(queue: Queue, clock: MovableClock, queues: Sequence[str] | None) -> bool:
     """Move the clock to the moment the next live job becomes claimable; False when
     there is none later than now (nothing left, or only jobs of other queues)."""
     earliest = select(func.min(jobs.c.visible_at)).where(LIVE)
