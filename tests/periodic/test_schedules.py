@@ -4,6 +4,7 @@ removed from the code stops, and a compressed hour runs every tick exactly once.
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 import threading
@@ -12,32 +13,17 @@ from collections import Counter
 from collections.abc import Callable
 
 import pytest
-import sqlalchemy as sa
 
 import queuecore
 from queuecore.schedules import Schedule, Scheduler
-from queuecore.schema import jobs
 from queuecore.testing import drain
 from tests.conformance.conftest import FakeClock
+from tests.periodic.helpers import periodic_rows
 
 
-def periodic_rows(dsn: str) -> list[tuple[str, str, int]]:
-    """(dedupe key, state, attempts) of every periodic job, oldest tick first."""
-    engine = sa.create_engine(dsn)
-    try:
-        with engine.connect() as conn:
-            rows = conn.execute(
-                sa.select(jobs.c.dedupe_key, jobs.c.state, jobs.c.attempts)
-                .where(jobs.c.dedupe_key.like("periodic:%"))
-                .order_by(jobs.c.visible_at, jobs.c.id)
-            ).all()
-    finally:
-        engine.dispose()
-    return [tuple(row) for row in rows]
-
-
-def keys_of(dsn: str, name: str) -> list[str]:
-    return [key for key, _, _ in periodic_rows(dsn) if key.startswith(f"periodic:{name}:")]
+def ticks_of(dsn: str, name: str) -> list[float]:
+    """The ticks of schedule `name` that have a job, oldest first (read from the keys)."""
+    return [tick for tick, _, _ in periodic_rows(dsn, name)]
 
 
 def test_queue_now_reads_the_queues_clock(
@@ -76,10 +62,9 @@ def test_racing_schedulers_make_one_job_per_tick(
         for thread in threads:
             thread.join()
         assert failures == []
-    keys = keys_of(dsn, "race")
-    assert len(keys) == len(set(keys)) == 21  # the latest tick at the first look, then 20
-    start = math.floor(clock.now) - 20
-    assert keys == [schedule.dedupe_key(start + i) for i in range(21)]
+    ticks = ticks_of(dsn, "race")
+    start = math.floor(clock.now) - 20  # the latest tick at the first look, then 20
+    assert ticks == [start + i for i in range(21)]
 
 
 @pytest.mark.parametrize(("missed", "runs_for_the_gap"), [("latest", 1), ("skip", 0)])
@@ -97,13 +82,13 @@ def test_a_downtime_of_several_ticks_runs_one_or_none(
     for _ in range(3):
         clock.advance(60)
         scheduler.look()
-    before = len(keys_of(dsn, "minutely"))
+    before = len(ticks_of(dsn, "minutely"))
     clock.advance(10 * 60)  # every worker stopped: ten ticks come due unseen
     Scheduler(make_queue(), [schedule]).look()  # the first worker back
-    gap = keys_of(dsn, "minutely")[before:]
+    gap = ticks_of(dsn, "minutely")[before:]
     assert len(gap) == runs_for_the_gap
     if runs_for_the_gap:
-        assert gap == [schedule.dedupe_key(schedule.latest_at(clock.now))]
+        assert gap == [schedule.latest_at(clock.now)]
 
 
 def test_a_schedule_removed_from_the_code_stops(
@@ -119,8 +104,8 @@ def test_a_schedule_removed_from_the_code_stops(
     for _ in range(3):
         clock.advance(1)
         deployed.look()
-    assert len(keys_of(dsn, "kept")) == 6
-    assert len(keys_of(dsn, "removed")) == 3  # none since the deploy
+    assert len(ticks_of(dsn, "kept")) == 6
+    assert len(ticks_of(dsn, "removed")) == 3  # none since the deploy
 
 
 def test_a_compressed_hour_runs_every_tick_exactly_once(
@@ -157,8 +142,8 @@ def test_a_compressed_hour_runs_every_tick_exactly_once(
         scheduler.look()
     drain(runner, {"tick": tick})
 
-    rows = periodic_rows(dsn)
-    assert all(state == "done" and attempts == 1 for _, state, attempts in rows)
+    rows = [row for s in schedules for row in periodic_rows(dsn, s.name)]
+    assert {(state, attempts) for _, state, attempts in rows} == {("done", 1)}
     assert sum(runs.values()) == len(runs) == len(rows)  # each job's handler ran once
     figures = []
     for schedule in schedules:
@@ -167,7 +152,50 @@ def test_a_compressed_hour_runs_every_tick_exactly_once(
         # look), then every multiple of the period in the hour.
         first = start - start % period
         expected = [first + i * period for i in range(int((start + 3600 - first) // period) + 1)]
-        ran = keys_of(dsn, schedule.name)
-        assert ran == [schedule.dedupe_key(t) for t in expected]
+        ran = ticks_of(dsn, schedule.name)
+        assert ran == expected
         figures.append(f"{schedule.name}: expected {len(expected)}, ran {len(ran)}")
     print(f"\ncompressed hour on {backend}: " + "; ".join(figures))
+
+
+def test_a_scheduler_thread_looks_until_stopped_and_rides_out_a_failing_look(
+    make_queue: Callable[..., queuecore.Queue],
+    clock: FakeClock,
+    dsn: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="queuecore.schedules")
+    queue = make_queue()
+    failures = iter([RuntimeError("database away"), RuntimeError("still away")])
+
+    class Flaky:
+        """The queue, except that its first two looks at the clock fail."""
+
+        def now(self) -> float:
+            failure = next(failures, None)
+            if failure is not None:
+                raise failure
+            return queue.now()
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(queue, name)
+
+    stop = threading.Event()
+    scheduler = Scheduler(Flaky(), [Schedule("* * * * * *", "tick", name="thread")])  # type: ignore[arg-type]
+    thread = threading.Thread(target=scheduler.run, args=(stop,))
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not ticks_of(dsn, "thread"):
+            assert time.monotonic() < deadline and thread.is_alive()
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    assert not thread.is_alive()
+    assert ticks_of(dsn, "thread") == [clock.now]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "queuecore.schedules"]
+    assert [w for w in warnings if "cannot enqueue" in w] == [
+        "cannot enqueue periodic jobs (database away); trying again"
+    ]
+    assert "periodic jobs are enqueued again" in warnings
