@@ -91,6 +91,10 @@ class Schedule:
     def __post_init__(self) -> None:
         validate.kind(self.kind)
         validate.queue_name(self.queue)
+        # Checked here as enqueue would: a bad value must not fail every look instead.
+        validate.at_least("priority", self.priority, *validate.INT32)
+        if self.max_attempts is not None:
+            validate.at_least("max_attempts", self.max_attempts, 1, validate.INT32[1])
         payload = validate.payload(self.payload, max_bytes=1 << 20)
         object.__setattr__(self, "payload", payload)
         if self.missed not in MISSED_CHOICES:

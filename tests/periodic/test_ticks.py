@@ -144,9 +144,12 @@ def test_dst_an_interval_schedule_follows_real_time_through_both_changes() -> No
         ({"timezone": "Mars/Olympus"}, "timezone"),
         ({"missed": "all"}, "missed"),
         ({"kind": ""}, "kind"),
+        ({"queue": ""}, "queue"),
+        ({"max_attempts": 0}, "max_attempts"),
+        ({"priority": 2**40}, "priority"),
     ],
 )
-def test_a_bad_schedule_is_refused_at_once(options: dict[str, str], message: str) -> None:
+def test_a_bad_schedule_is_refused_at_once(options: dict[str, object], message: str) -> None:
     registry = queuecore.Registry()
     arguments = {"cron": "* * * * *", "kind": "tick", **options}
     with pytest.raises(ValueError, match=message):
