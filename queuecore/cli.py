@@ -11,7 +11,9 @@ import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -84,6 +86,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.add_argument("--name", help="worker name in the jobs table (default host-pid)")
     worker.add_argument("--log-level", default="INFO", type=str.upper)
+
+    schedules = command("schedules", _schedules, help="a registry's periodic jobs and next runs")
+    schedules.add_argument("registry", metavar="MODULE:REGISTRY", help="a queuecore.Registry")
+    schedules.add_argument(
+        "--dsn",
+        default=os.environ.get("QUEUECORE_DSN"),
+        help="read the time from this queue's clock (default: this host's clock)",
+    )
 
     stats = command("stats", _stats, help="queued, running, ready and dead jobs per queue")
     _dsn(stats)
@@ -201,6 +211,40 @@ def _worker(args: argparse.Namespace) -> int:
         ).run()
     finally:
         queue.close()
+    return 0
+
+
+def _schedules(args: argparse.Namespace) -> int:
+    try:
+        registry = load_registry(args.registry)
+    except RegistryNotFound as exc:
+        raise UsageError(str(exc)) from exc
+    schedules = getattr(registry, "schedules", ())
+    if not schedules:
+        print(f"{args.registry} has no periodic jobs")
+        return 0
+    if args.dsn:
+        with connect(args.dsn) as queue:
+            now = queue.now()
+    else:
+        now = time.time()
+    rows = []
+    for s in schedules:
+        tick = s.next_after(now)
+        rows.append(
+            [
+                s.name,
+                s.cron,
+                s.timezone,
+                s.kind,
+                s.queue,
+                s.missed,
+                "never"
+                if tick is None
+                else f"{datetime.fromtimestamp(tick, s.zone):%Y-%m-%d %H:%M:%S %Z}",
+            ]
+        )
+    print(render(["name", "cron", "timezone", "kind", "queue", "missed", "next run"], rows))
     return 0
 
 

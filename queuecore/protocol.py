@@ -74,6 +74,10 @@ class Queue(Protocol):
 
     def get(self, job_id: int) -> JobSnapshot | None: ...
 
+    def now(self) -> float:
+        """The queue's clock in epoch seconds (R20), for code that must agree with it."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -7,8 +7,10 @@ import importlib
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from queuecore.handling import Handler
+from queuecore.schedules import Missed, Schedule
 
 
 class Registry(Mapping[str, Handler]):
@@ -20,11 +22,12 @@ class Registry(Mapping[str, Handler]):
         def send_email(job): ...
 
     A plain dict serves a worker just as well; this only refuses a kind registered twice,
-    which would otherwise silently run the wrong code.
+    which would otherwise silently run the wrong code, and holds periodic schedules.
     """
 
     def __init__(self, handlers: Mapping[str, Handler] | None = None) -> None:
         self._handlers: dict[str, Handler] = {}
+        self._schedules: dict[str, Schedule] = {}
         for kind, fn in (handlers or {}).items():
             self.add(kind, fn)
 
@@ -45,6 +48,52 @@ class Registry(Mapping[str, Handler]):
             return fn
 
         return register
+
+    def periodic(
+        self,
+        cron: str,
+        kind: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        queue: str = "default",
+        timezone: str = "UTC",
+        missed: Missed = "latest",
+        name: str | None = None,
+        priority: int = 0,
+        max_attempts: int | None = None,
+    ) -> Callable[[Handler], Handler]:
+        """Enqueue a job of `kind` at every tick of `cron` (five fields, or six with
+        seconds first) in `timezone`, from every worker that runs this registry, once per
+        tick (`queuecore.schedules` says how, and what `missed` does after downtime).
+
+        Returns a decorator that registers the handler of `kind`, for the common case:
+
+            @jobs.periodic("0 3 * * *", "nightly-report")
+            def nightly_report(job): ...
+        """
+        schedule = Schedule(
+            cron=cron,
+            kind=kind,
+            payload={} if payload is None else payload,
+            queue=queue,
+            timezone=timezone,
+            missed=missed,
+            name=name or "",
+            priority=priority,
+            max_attempts=max_attempts,
+        )
+        if schedule.name in self._schedules:
+            raise ValueError(
+                f"a schedule named {schedule.name!r} exists already: "
+                f"{self._schedules[schedule.name]!r}; give one of them another name="
+            )
+        self._schedules[schedule.name] = schedule
+        return self.handler(kind)
+
+    @property
+    def schedules(self) -> tuple[Schedule, ...]:
+        """The periodic schedules, in the order they were added."""
+        return tuple(self._schedules.values())
 
     def __getitem__(self, kind: str) -> Handler:
         return self._handlers[kind]

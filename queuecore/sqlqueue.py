@@ -593,6 +593,16 @@ class SQLQueue:
         return total
 
     @reconnecting(after_commit=True)
+    def now(self) -> float:
+        """The queue's clock in epoch seconds (R20): what every rule reads, for code that
+        must agree with it, such as periodic schedules (the server's clock on PostgreSQL,
+        so workers on hosts with skewed clocks agree on when a tick is due)."""
+        if self._clock is not None:
+            return self._clock()
+        with self._read() as conn:
+            return float(conn.execute(select(self._now)).scalar_one())
+
+    @reconnecting(after_commit=True)
     def get(self, job_id: int) -> JobSnapshot | None:
         with self._read() as conn:
             row = conn.execute(self._stmt_get, {"job_id": validate.job_id(job_id)}).first()

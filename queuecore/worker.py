@@ -33,6 +33,7 @@ from queuecore.handling import Handler, Lease, Permanent, Retry, run_handler
 from queuecore.job import Completions, Job
 from queuecore.protocol import Effect, Listener, Queue
 from queuecore.reconnect import connection_lost
+from queuecore.schedules import scheduler_threads
 from queuecore.sqlqueue import ERROR_TEXT_LIMIT
 
 log = logging.getLogger("queuecore.worker")
@@ -183,6 +184,7 @@ class Worker:
             for i in range(self.concurrency)
         ]
         helpers = [threading.Thread(target=self._heartbeats, name="queuecore-heartbeat")]
+        helpers += scheduler_threads(self.queue, self.handlers, self._stopping)  # periodic jobs
         listen = getattr(self.queue, "listen", None)
         if listen is not None:
             helpers.append(
