@@ -4,6 +4,7 @@ from queuecore.connect import connect
 from queuecore.errors import (
     DatabaseBusyError,
     DatabaseUnreachableError,
+    DedupeConflict,
     NotMigratedError,
     OutcomeUnknownError,
     QueuecoreError,
@@ -22,6 +23,7 @@ __all__ = [
     "Completions",
     "DatabaseBusyError",
     "DatabaseUnreachableError",
+    "DedupeConflict",
     "Effect",
     "EnqueueResult",
     "Handler",
