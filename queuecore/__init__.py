@@ -12,7 +12,7 @@ from queuecore.errors import (
     SQLiteBuildWarning,
     UnknownBackendError,
 )
-from queuecore.handling import Handler, Lease, Permanent, Retry, current_lease
+from queuecore.handling import Done, Handler, Lease, Permanent, Retry, current_lease
 from queuecore.job import Completions, EnqueueResult, Job, JobSnapshot
 from queuecore.migrate import migrate
 from queuecore.protocol import Effect, Listener, Queue
@@ -24,6 +24,7 @@ __all__ = [
     "DatabaseBusyError",
     "DatabaseUnreachableError",
     "DedupeConflict",
+    "Done",
     "Effect",
     "EnqueueResult",
     "Handler",
