@@ -65,13 +65,7 @@ def payload(value: object, *, max_bytes: int) -> dict[str, Any]:
     It comes back exactly as given, so keys must be strings (JSON would turn 1 into "1")."""
     if not isinstance(value, Mapping):
         raise TypeError(f"payload must be a JSON object (a dict), got {type(value).__name__}")
-    try:
-        encoded = json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"payload is not JSON-serialisable: {exc}") from exc
-    except RecursionError as exc:
-        raise ValueError("payload is nested too deeply") from exc
-    if len(encoded.encode("utf-8", "surrogatepass")) > max_bytes:
+    if _json_size("payload", value) > max_bytes:
         raise ValueError(f"payload is larger than max_payload_bytes={max_bytes}")
     _payload_strings(value)
     return dict(value)
@@ -80,14 +74,8 @@ def payload(value: object, *, max_bytes: int) -> dict[str, Any]:
 def result(value: object, *, max_bytes: int) -> object:
     """A job's result is any JSON value (R24), checked here so that a bad one fails while
     the job is still running under its lease, before anything is written. Keys must be
-    strings, as in a payload: what `get()` hands back is what the handler returned."""
-    try:
-        encoded = json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"result is not JSON-serialisable: {exc}") from exc
-    except RecursionError as exc:
-        raise ValueError("result is nested too deeply") from exc
-    size = len(encoded.encode("utf-8", "surrogatepass"))
+    strings, as in a payload (JSON would turn 1 into "1")."""
+    size = _json_size("result", value)
     if size > max_bytes:
         raise ValueError(
             f"result is {size} bytes as JSON, larger than max_result_bytes={max_bytes}; "
@@ -95,6 +83,17 @@ def result(value: object, *, max_bytes: int) -> object:
         )
     _payload_strings(value, "result")
     return value
+
+
+def _json_size(name: str, value: object) -> int:
+    """The value's size as stored: JSON's UTF-8 bytes. Not JSON (a set, NaN): TypeError."""
+    try:
+        encoded = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} is not JSON-serialisable: {exc}") from exc
+    except RecursionError as exc:
+        raise ValueError(f"{name} is nested too deeply") from exc
+    return len(encoded.encode("utf-8", "surrogatepass"))
 
 
 def _payload_strings(value: object, name: str = "payload") -> None:
