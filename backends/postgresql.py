@@ -3,8 +3,9 @@ enqueues NOTIFY idle workers, which LISTEN on a connection of their own (W6)."""
 
 from __future__ import annotations
 
+import logging
 import secrets
-import time
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -18,10 +19,13 @@ from queuecore import statements
 from queuecore.job import Job
 from queuecore.sqlqueue import DriverStep, Outcome, SQLQueue
 
+log = logging.getLogger("queuecore")
+
 CHANNEL = "queuecore"
 NOTIFY = select(func.pg_notify(CHANNEL, bindparam("payload")))
 #: Where migration 0003's trigger announces that an awaited job finished (its id).
 FINISHED_CHANNEL = "queuecore_finished"
+LISTEN_SLICE = 0.5  # how long the listener thread may take to see that its queue closed
 
 
 class PostgresQueue(SQLQueue):
@@ -38,6 +42,7 @@ class PostgresQueue(SQLQueue):
         write load is heavy and workers are busy anyway; idle workers then poll."""
         self.notify = notify
         super().__init__(bind, **options)
+        self._finished = FinishedListener(self.engine)
 
     @classmethod
     def create_engine(cls, bind: str | URL | Engine, **options: Any) -> Engine:
@@ -71,17 +76,20 @@ class PostgresQueue(SQLQueue):
         return Notifications(self.engine)
 
     @contextmanager
-    def _finish_signal(self, job_id: int) -> Iterator[FinishedNotifications]:
-        """LISTEN first, then mark the job awaited: from then on the trigger NOTIFYs its
-        end, and `wait()` looks at the job only after both, so no end goes unheard. Other
-        jobs' completions send nothing (the trigger's WHEN), so they take no NOTIFY lock."""
-        with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            conn.exec_driver_sql(f"LISTEN {FINISHED_CHANNEL}")
-            conn.execute(self._stmt_mark_awaited, {"job_id": job_id})
-            try:
-                yield FinishedNotifications(conn.connection.driver_connection, job_id)
-            finally:
-                conn.exec_driver_sql(f"UNLISTEN {FINISHED_CHANNEL}")
+    def _finish_signal(self, job_id: int) -> Iterator[Finished]:
+        """LISTEN first (one connection for every waiter of this queue), then mark the job
+        awaited: from then on the trigger NOTIFYs its end, and `wait()` looks at the job
+        only after both, so no end goes unheard. Other jobs' completions send nothing (the
+        trigger's WHEN), so they take no NOTIFY lock. A waiter holds no pooled connection:
+        a web app with many clients waiting does not drain its pool."""
+        with self._finished.watching(job_id) as finished:
+            with self.engine.begin() as conn:
+                conn.execute(self._stmt_mark_awaited, {"job_id": job_id})
+            yield finished
+
+    def close(self) -> None:
+        self._finished.close()
+        super().close()
 
     def _build_statements(self, now: ColumnElement[float]) -> None:
         super()._build_statements(now)
@@ -142,19 +150,78 @@ class Notifications:
         self._conn.close()
 
 
-class FinishedNotifications:
-    """Sleeps until the trigger says this job finished, or the time is up."""
+class Finished:
+    """What one `wait()` sleeps on: set when the trigger says its job finished."""
 
-    def __init__(self, driver_connection: Any, job_id: int) -> None:
-        self._conn = driver_connection
-        self._payload = str(job_id)
+    def __init__(self) -> None:
+        self.event = threading.Event()
 
     def sleep(self, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while (left := deadline - time.monotonic()) > 0:
-            heard = [n.payload for n in self._conn.notifies(timeout=left, stop_after=1)]
-            if self._payload in heard:
-                return
+        self.event.wait(seconds)
+
+
+class FinishedListener:
+    """One LISTEN connection, out of the pool, shared by every `wait()` of one queue: a
+    thread reads the trigger's notifications and wakes the waiters of each job. Started
+    by the first waiter; when its connection fails it ends, the waiters poll on, and the
+    next waiter starts it again."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._lock = threading.Lock()
+        self._waiters: dict[int, list[Finished]] = {}
+        self._conn: Any = None
+        self._closed = False
+
+    @contextmanager
+    def watching(self, job_id: int) -> Iterator[Finished]:
+        finished = Finished()
+        with self._lock:
+            self._waiters.setdefault(job_id, []).append(finished)
+            if self._conn is None and not self._closed:
+                try:
+                    self._start()  # LISTEN has run when this returns
+                except Exception as exc:  # the waiter polls; the next one tries again
+                    log.warning("wait() cannot LISTEN (%s); polling", exc)
+        try:
+            yield finished
+        finally:
+            with self._lock:
+                self._waiters[job_id].remove(finished)
+                if not self._waiters[job_id]:
+                    del self._waiters[job_id]
+
+    def _start(self) -> None:
+        raw = self._engine.raw_connection()
+        raw.rollback()
+        conn = raw.driver_connection
+        raw.detach()
+        conn.autocommit = True
+        conn.execute(f"LISTEN {FINISHED_CHANNEL}")
+        self._conn = conn
+        threading.Thread(
+            target=self._read, args=(conn,), name="queuecore-wait", daemon=True
+        ).start()
+
+    def _read(self, conn: Any) -> None:
+        try:
+            while not self._closed:
+                for note in conn.notifies(timeout=LISTEN_SLICE, stop_after=1):
+                    with self._lock:
+                        waiters = list(self._waiters.get(int(note.payload), ()))
+                    for finished in waiters:
+                        finished.event.set()
+        except Exception:  # a lost connection: waiters poll, the next one listens again
+            pass
+        finally:
+            with self._lock:
+                if self._conn is conn:
+                    self._conn = None
+            conn.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
 
 
 def _run(conn: Any, sql: str, params: Any) -> Outcome:

@@ -78,6 +78,32 @@ def test_r26_wait_wakes_when_another_thread_completes_the_job(queue):
     assert [(s.state, s.result) for s in seen] == [("done", [1, 2, 3])]
 
 
+def test_r26_many_waiters_hold_no_pooled_connection(make_queue):
+    """A web app's many clients waiting at once must not drain its pool: with room for
+    one connection, five waiters and the completions all get through."""
+    queue = make_queue(pool_size=1, max_overflow=0, pool_timeout=5)
+    ids = [queue.enqueue("k", {"i": i}).id for i in range(5)]
+    claimed = queue.claim("w", limit=5)
+    seen = {}
+    waiters = [
+        threading.Thread(target=lambda i=i: seen.__setitem__(i, queue.wait(i, timeout=60)))
+        for i in ids
+    ]
+    for waiter in waiters:
+        waiter.start()
+    try:
+        assert (
+            list(queue.complete_many(claimed, results=[{"i": i} for i in range(5)])) == [True] * 5
+        )
+    finally:
+        for waiter in waiters:
+            waiter.join(timeout=30)
+    assert not any(waiter.is_alive() for waiter in waiters)
+    assert sorted((s.state, s.result["i"]) for s in seen.values()) == [
+        ("done", i) for i in range(5)
+    ]
+
+
 @pytest.mark.parametrize("bad", [-1, -0.001, float("nan"), "5", None], ids=repr)
 def test_r26_wait_with_a_negative_or_non_number_timeout_is_a_value_error(queue, db, bad):
     job_id = queue.enqueue("k", {}).id
