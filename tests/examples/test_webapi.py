@@ -80,17 +80,31 @@ class Transcript:
             self.lines.append(f"  (the same request and answer {self.repeats} more times)")
             self.repeats = 0
 
-    def save(self, path: str, keep: int = 60) -> None:
+    def note(self, text: str) -> None:
         self._flush_repeats()
-        lines = (
-            self.lines
-            if len(self.lines) <= 2 * keep
-            else [
-                *self.lines[:keep],
-                f"... {len(self.lines) - 2 * keep} more lines ...",
-                *self.lines[-keep:],
-            ]
-        )
+        self.lines.append(f"# {text}")
+
+    def save(self, path: str, head: int = 40, tail: int = 16) -> None:
+        """The start and the end, and between them the notes and every answer that is
+        not a plain 200/202 (conflicts, refusals, cancels), each with its request."""
+        self._flush_repeats()
+        middle = self.lines[head:-tail]
+        kept, skipped = [], 0
+        for i, line in enumerate(middle):
+            notable = line.startswith("#") or (
+                line.startswith("< ") and not line.startswith(("< 200", "< 202"))
+            )
+            asked = i + 1 < len(middle) and middle[i + 1].startswith("< ")
+            if notable or (asked and not middle[i + 1].startswith(("< 200", "< 202"))):
+                if skipped:
+                    kept.append(f"  ... {skipped} lines ...")
+                    skipped = 0
+                kept.append(line)
+            else:
+                skipped += 1
+        if skipped:
+            kept.append(f"  ... {skipped} lines ...")
+        lines = [*self.lines[:head], *kept, *self.lines[-tail:]]
         Path(path).write_text("\n".join(lines) + "\n")
 
 
@@ -200,6 +214,7 @@ def test_the_web_api_example_end_to_end(server: str, dsn: str, tmp_path: Path) -
 
         worker_a.send_signal(signal.SIGTERM)  # mid-run: retries pending, thumbnails queued
         assert worker_a.wait(timeout=30) == 0, (tmp_path / "worker-a.log").read_text()
+        seen.note(f"SIGTERM to worker A (pid {worker_a.pid}): it exited 0; worker B starts")
 
     with sa.create_engine(dsn).connect() as conn:  # W4: nothing left held by the stopped worker
         running = conn.execute(sa.select(jobs.c.id).where(jobs.c.state == "running")).all()
@@ -214,6 +229,7 @@ def test_the_web_api_example_end_to_end(server: str, dsn: str, tmp_path: Path) -
             assert "retry-after" not in answer.headers
         worker_b.send_signal(signal.SIGTERM)
         assert worker_b.wait(timeout=30) == 0
+        seen.note(f"SIGTERM to worker B (pid {worker_b.pid}): it exited 0")
 
     for i in range(THUMBNAILS):
         a = answers[f"t{i}"]
