@@ -116,7 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
     purge = command("purge", _purge, help="delete finished jobs older than S seconds")
     _dsn(purge)
     purge.add_argument("--older-than", type=float, required=True, metavar="S")
-    purge.add_argument("--states", type=_names, default=["done"], help="done,dead (default done)")
+    purge.add_argument(
+        "--states", type=_names, default=["done"], help="done,dead,cancelled (default done)"
+    )
 
     from queuecore import demo  # the demo's options live with the demo
 
