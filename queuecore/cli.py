@@ -121,6 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
     from queuecore import demo  # the demo's options live with the demo
 
     demo.add_arguments(command("demo", demo.main, help="watch the queue survive chaos"))
+
+    from queuecore.dashboard import command as dashboard  # needs only argparse to load
+
+    dashboard.add_arguments(command("dashboard", dashboard.main, help="a web UI over the queue"))
     return parser
 
 
