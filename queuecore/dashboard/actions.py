@@ -49,7 +49,7 @@ def _purge(queue: Any, fields: Fields) -> str:
 
 
 def _ids(form: Mapping[str, Any]) -> dict[str, Any]:
-    if form.get("all") == "1":
+    if _one(form, "all") == "1":
         return {"ids": None}
     ids = [validate.job_id(int(v)) for v in form.get("ids", [])]
     if not ids:
