@@ -25,7 +25,7 @@ from starlette.middleware import Middleware
 from starlette.middleware.sessions import SessionMiddleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
@@ -79,6 +79,7 @@ class Dashboard:
     def __init__(self, queue: Any, *, read_only: bool) -> None:
         self.queue = queue
         self.read_only = read_only
+        self.registry: Any = None  # the metrics' registry, made on the first scrape
         environment = Environment(
             loader=FileSystemLoader(HERE / "templates"),
             autoescape=select_autoescape(default=True, default_for_string=True),
@@ -207,6 +208,21 @@ class Dashboard:
         links = self._links(filters, page, "/dead")
         return self.render(request, "dead.html", filters=filters, page=page, **links)
 
+    async def metrics(self, request: Request) -> Response:
+        """The queue-level Prometheus gauges (`queuecore.metrics`), when that extra is here."""
+        try:
+            from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+            from queuecore.metrics import queue_registry
+        except ImportError:
+            return PlainTextResponse(
+                "metrics need their extra: pip install 'queuecore[metrics]'", status_code=404
+            )
+        if self.registry is None:
+            self.registry = queue_registry(self.queue)
+        body = await run_in_threadpool(generate_latest, self.registry)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
+
     # --- actions --------------------------------------------------------------------
 
     async def act(self, request: Request) -> Response:
@@ -288,6 +304,7 @@ def create_app(
         Route("/jobs", dashboard.jobs_page),
         Route("/jobs/{job_id:int}", dashboard.job_page),
         Route("/dead", dashboard.dead_page),
+        Route("/metrics", dashboard.metrics),
         Route("/actions/{name}", dashboard.act, methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
