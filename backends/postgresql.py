@@ -4,7 +4,9 @@ enqueues NOTIFY idle workers, which LISTEN on a connection of their own (W6)."""
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import sqlalchemy as sa
@@ -18,6 +20,8 @@ from queuecore.sqlqueue import DriverStep, Outcome, SQLQueue
 
 CHANNEL = "queuecore"
 NOTIFY = select(func.pg_notify(CHANNEL, bindparam("payload")))
+#: Where migration 0003's trigger announces that an awaited job finished (its id).
+FINISHED_CHANNEL = "queuecore_finished"
 
 
 class PostgresQueue(SQLQueue):
@@ -27,6 +31,7 @@ class PostgresQueue(SQLQueue):
     _insert = staticmethod(postgresql.insert)
     fuses_retire = True
     returns_from_columns = True
+    wait_pause_cap = 2.0  # the NOTIFY wakes a waiter; polling is only the fallback
 
     def __init__(self, bind: str | URL | Engine, *, notify: bool = True, **options: Any) -> None:
         """`notify=False` spares enqueue its NOTIFY (a global lock at commit) when the
@@ -65,8 +70,22 @@ class PostgresQueue(SQLQueue):
     def listen(self) -> Notifications:
         return Notifications(self.engine)
 
+    @contextmanager
+    def _finish_signal(self, job_id: int) -> Iterator[FinishedNotifications]:
+        """LISTEN first, then mark the job awaited: from then on the trigger NOTIFYs its
+        end, and `wait()` looks at the job only after both, so no end goes unheard. Other
+        jobs' completions send nothing (the trigger's WHEN), so they take no NOTIFY lock."""
+        with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.exec_driver_sql(f"LISTEN {FINISHED_CHANNEL}")
+            conn.execute(self._stmt_mark_awaited, {"job_id": job_id})
+            try:
+                yield FinishedNotifications(conn.connection.driver_connection, job_id)
+            finally:
+                conn.exec_driver_sql(f"UNLISTEN {FINISHED_CHANNEL}")
+
     def _build_statements(self, now: ColumnElement[float]) -> None:
         super()._build_statements(now)
+        self._stmt_mark_awaited = statements.mark_awaited()
         self._hot_complete_batch = self._compile(statements.complete_batch(now))
 
     def _prepare_hot_connection(self, conn: Any) -> None:
@@ -121,6 +140,21 @@ class Notifications:
 
     def close(self) -> None:
         self._conn.close()
+
+
+class FinishedNotifications:
+    """Sleeps until the trigger says this job finished, or the time is up."""
+
+    def __init__(self, driver_connection: Any, job_id: int) -> None:
+        self._conn = driver_connection
+        self._payload = str(job_id)
+
+    def sleep(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            heard = [n.payload for n in self._conn.notifies(timeout=left, stop_after=1)]
+            if self._payload in heard:
+                return
 
 
 def _run(conn: Any, sql: str, params: Any) -> Outcome:

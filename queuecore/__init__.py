@@ -4,6 +4,7 @@ from queuecore.connect import connect
 from queuecore.errors import (
     DatabaseBusyError,
     DatabaseUnreachableError,
+    DedupeConflict,
     NotMigratedError,
     OutcomeUnknownError,
     QueuecoreError,
@@ -11,7 +12,7 @@ from queuecore.errors import (
     SQLiteBuildWarning,
     UnknownBackendError,
 )
-from queuecore.handling import Handler, Lease, Permanent, Retry, current_lease
+from queuecore.handling import Done, Handler, Lease, Permanent, Retry, current_lease
 from queuecore.job import Completions, EnqueueResult, Job, JobSnapshot
 from queuecore.migrate import migrate
 from queuecore.protocol import Effect, Listener, Queue
@@ -22,6 +23,8 @@ __all__ = [
     "Completions",
     "DatabaseBusyError",
     "DatabaseUnreachableError",
+    "DedupeConflict",
+    "Done",
     "Effect",
     "EnqueueResult",
     "Handler",

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from queuecore.handling import Lease
 from queuecore.job import Completions, Job
@@ -36,6 +37,7 @@ class Ack:
     effect: Effect | None
     started: float  # when its handler started (time.monotonic), for the log line
     since: float = field(default_factory=time.monotonic)
+    result: Any = None  # what the handler returned as the job's result (R24), if anything
 
 
 #: Called once per flush with the batch, in order, and either the `Completions` of
@@ -115,9 +117,10 @@ class AckWindow:
             ack.lease.reporting = True  # a heartbeat that now finds it done is no loss
         jobs = [ack.lease.job for ack in batch]
         effects = [ack.effect for ack in batch]
+        results = [ack.result for ack in batch]
         outcome: Completions | Exception
         try:
-            outcome = self._persist(lambda: self._complete(jobs, effects))
+            outcome = self._persist(lambda: self._complete(jobs, effects, results))
         except Exception as error:
             # Nothing committed (complete_many rolls the whole batch back). An outage was
             # ridden out by `persist` (this is a stop given up on); try once more for a
@@ -128,7 +131,7 @@ class AckWindow:
                 log.warning("completing %d job(s) failed (%s); trying once more", len(batch), error)
                 time.sleep(RETRY_PAUSE)
                 try:
-                    outcome = self._complete(jobs, effects)
+                    outcome = self._complete(jobs, effects, results)
                 except Exception as again:
                     outcome = again
         try:
@@ -136,7 +139,14 @@ class AckWindow:
         except Exception:  # the window must outlive a bug in reporting
             log.exception("reporting %d completion(s) failed", len(batch))
 
-    def _complete(self, jobs: list[Job], effects: list[Effect | None]) -> Completions:
+    def _complete(
+        self, jobs: list[Job], effects: list[Effect | None], results: list[Any]
+    ) -> Completions:
+        """Only what the batch needs: no savepoints without effects, and the plain batch
+        statement when no job has a result."""
+        options: dict[str, Any] = {}
         if any(effect is not None for effect in effects):
-            return self.queue.complete_many(jobs, effects=effects)
-        return self.queue.complete_many(jobs)  # no savepoints to pay for
+            options["effects"] = effects
+        if any(result is not None for result in results):
+            options["results"] = results
+        return self.queue.complete_many(jobs, **options)

@@ -26,7 +26,7 @@ from queuecore.registry import RegistryNotFound, load_registry
 from queuecore.table import render
 from queuecore.worker import Worker, first_line
 
-STATS_COLUMNS = ("queued", "running", "ready_now", "oldest_ready_age_s", "dead")
+STATS_COLUMNS = ("queued", "running", "ready_now", "oldest_ready_age_s", "dead", "cancelled")
 
 
 class UsageError(Exception):
@@ -125,6 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
     from queuecore import demo  # the demo's options live with the demo
 
     demo.add_arguments(command("demo", demo.main, help="watch the queue survive chaos"))
+
+    from queuecore import cli_jobs
+
+    cli_jobs.add_commands(command, _dsn)
 
     from queuecore.dashboard import command as dashboard  # needs only argparse to load
 
@@ -284,7 +288,8 @@ def _stats(args: argparse.Namespace) -> int:
         return 0
     rows = [[name, *(s[c] for c in STATS_COLUMNS)] for name, s in sorted(stats["queues"].items())]
     rows.append(["(all)", *(stats[c] for c in STATS_COLUMNS)])
-    print(render(["queue", "queued", "running", "ready now", "oldest ready (s)", "dead"], rows))
+    headers = ["queue", "queued", "running", "ready now", "oldest ready (s)", "dead", "cancelled"]
+    print(render(headers, rows))
     return 0
 
 

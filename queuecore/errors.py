@@ -31,5 +31,19 @@ class OutcomeUnknownError(QueuecoreError):
     """The connection died while a commit was in flight: it may or may not have landed."""
 
 
+class DedupeConflict(QueuecoreError, ValueError):
+    """An enqueue's `dedupe_key` is taken by a job of another kind or payload (R27): the
+    key is probably reused by mistake, and returning the other job would hide that.
+    `existing_id` is that job's id; nothing was written."""
+
+    def __init__(self, dedupe_key: str, existing_id: int, differs: str) -> None:
+        self.dedupe_key = dedupe_key
+        self.existing_id = existing_id
+        super().__init__(
+            f"dedupe_key {dedupe_key!r} already belongs to job {existing_id}, which has "
+            f"another {differs}; use a new key for different work"
+        )
+
+
 class SQLiteBuildWarning(UserWarning):
     """The SQLite library in use has a known bug that can corrupt a queue's database."""

@@ -1,9 +1,14 @@
 """What a handler may say back to the worker besides returning: the two exceptions that
 change what a failure does, and the lease it can consult while it runs (W1, W3).
 
-A handler is `fn(job)`. It may return an effect `f(conn)`, which the worker commits in
-the transaction that completes the job (R10), so the effect happens exactly once even
-though the handler may run more than once.
+A handler is `fn(job)`. What it returns says how the job is completed (W1, R24):
+- None: done, no result;
+- an effect `f(conn)`, which the worker commits in the transaction that completes the
+  job (R10), so the effect happens exactly once even though the handler may run more
+  than once;
+- `Done(result=..., effect=...)`: both;
+- any other value: the job's result, a JSON value that `get(id).result` hands back
+  (a dict, as a Celery task returns, is a result, not a mistake).
 """
 
 from __future__ import annotations
@@ -11,12 +16,25 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
 
 from queuecore import validate
 from queuecore.job import Job
 from queuecore.protocol import Effect
 
-Handler = Callable[[Job], "Effect | None"]
+Handler = Callable[[Job], object]
+
+#: The result size a worker checks when its queue does not say (the connect default).
+DEFAULT_MAX_RESULT_BYTES = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """A handler's way to return both a result (any JSON value) and an effect `f(conn)`."""
+
+    result: Any = None
+    effect: Effect | None = None
 
 
 class Permanent(Exception):
@@ -62,10 +80,34 @@ def current_lease() -> Lease:
         raise RuntimeError("current_lease() is only available inside a running handler") from None
 
 
-def run_handler(handler: Handler, lease: Lease) -> Effect | None:
-    """Run `handler` with `lease` reachable through `current_lease()`."""
+def run_handler(
+    handler: Handler, lease: Lease, *, max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
+) -> Done:
+    """Run `handler` with `lease` reachable through `current_lease()`, and say what its
+    return value asks for. A result that cannot be stored raises here, as if the handler
+    had raised: its job fails on its own instead of spoiling a batch of completions."""
     token = _current.set(lease)
     try:
-        return handler(lease.job)
+        returned = handler(lease.job)
     finally:
         _current.reset(token)
+    return completion_of(returned, max_result_bytes=max_result_bytes)
+
+
+def completion_of(returned: object, *, max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES) -> Done:
+    """What a handler's return value means (see the module's docstring)."""
+    if returned is None:
+        return Done()
+    if isinstance(returned, Done):
+        if returned.effect is not None and not callable(returned.effect):
+            raise TypeError(
+                f"Done(effect=...) must be an effect f(conn), got {type(returned.effect).__name__}"
+            )
+        done = returned
+    elif callable(returned):
+        return Done(effect=returned)  # type: ignore[arg-type]
+    else:
+        done = Done(result=returned)
+    if done.result is not None:
+        validate.result(done.result, max_bytes=max_result_bytes)
+    return done

@@ -68,3 +68,10 @@ class JobSnapshot:
     created_at: datetime
     visible_at: datetime
     finished_at: datetime | None
+    #: What the completion handed back (R24); None while there is none.
+    result: Any = None
+
+    @property
+    def finished(self) -> bool:
+        """In a terminal state (done, dead or cancelled): it will not change by itself."""
+        return self.state in ("done", "dead", "cancelled")

@@ -45,10 +45,16 @@ class Queue(Protocol):
         self, worker: str, *, limit: int = 1, queues: Sequence[str] | None = None
     ) -> list[Job]: ...
 
-    def complete(self, job: Job, *, effect: Effect | None = None) -> bool: ...
+    def complete(self, job: Job, *, effect: Effect | None = None, result: Any = None) -> bool:
+        """R09, R10; `result` (any JSON value, R24) is stored with the completion."""
+        ...
 
     def complete_many(
-        self, jobs: Sequence[Job], *, effects: Sequence[Effect | None] | None = None
+        self,
+        jobs: Sequence[Job],
+        *,
+        effects: Sequence[Effect | None] | None = None,
+        results: Sequence[Any] | None = None,
     ) -> Completions: ...
 
     def fail(
@@ -73,6 +79,14 @@ class Queue(Protocol):
     ) -> int: ...
 
     def get(self, job_id: int) -> JobSnapshot | None: ...
+
+    def cancel(self, job_id: int) -> bool:
+        """R25: a queued or running job becomes cancelled (terminal); False otherwise."""
+        ...
+
+    def wait(self, job_id: int, timeout: float = 30.0) -> JobSnapshot | None:
+        """R26: the snapshot once terminal, or as it is at the timeout; None if unknown."""
+        ...
 
     def now(self) -> float:
         """The queue's clock in epoch seconds (R20), for code that must agree with it."""

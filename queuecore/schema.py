@@ -10,6 +10,7 @@ from __future__ import annotations
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     CheckConstraint,
     Column,
     Double,
@@ -31,7 +32,12 @@ QUEUED = literal_column("'queued'")
 RUNNING = literal_column("'running'")
 DONE = literal_column("'done'")
 DEAD = literal_column("'dead'")
-STATES = ("queued", "running", "done", "dead")
+CANCELLED = literal_column("'cancelled'")
+STATES = ("queued", "running", "done", "dead", "cancelled")
+TERMINAL = ("done", "dead", "cancelled")
+
+#: A result of None is no result: stored as SQL NULL, never as JSON null.
+RESULT_TYPE = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
 
 jobs = Table(
     "queuecore_jobs",
@@ -51,8 +57,14 @@ jobs = Table(
     Column("dedupe_key", Text),
     Column("created_at", Double, nullable=False),
     Column("finished_at", Double),
+    # 0003: what the completion handed back (R24), whether a `wait()` listens for the
+    # job's end (PostgreSQL's NOTIFY trigger), and the trace context of issue 14.
+    Column("result", RESULT_TYPE),
+    Column("awaited", Boolean),
+    Column("trace_context", Text),
     CheckConstraint(
-        "state IN ('queued', 'running', 'done', 'dead')", name="ck_queuecore_jobs_state"
+        "state IN ('queued', 'running', 'done', 'dead', 'cancelled')",
+        name="ck_queuecore_jobs_state",
     ),
     CheckConstraint("max_attempts >= 1", name="ck_queuecore_jobs_max_attempts"),
     UniqueConstraint("dedupe_key", name="uq_queuecore_jobs_dedupe_key"),
@@ -64,6 +76,7 @@ LIVE = jobs.c.state.in_([QUEUED, RUNNING])
 IS_RUNNING = jobs.c.state == RUNNING
 IS_DONE = jobs.c.state == DONE
 IS_DEAD = jobs.c.state == DEAD
+IS_CANCELLED = jobs.c.state == CANCELLED
 
 # The claim walks this in (priority, visible_at, id) order and stops after `limit`
 # ready rows; finished rows are not in it, so their number does not matter.
@@ -105,4 +118,11 @@ Index(
     jobs.c.finished_at,
     sqlite_where=IS_DEAD,
     postgresql_where=IS_DEAD,
+)
+Index(
+    "ix_queuecore_jobs_cancelled",
+    jobs.c.queue,
+    jobs.c.finished_at,
+    sqlite_where=IS_CANCELLED,
+    postgresql_where=IS_CANCELLED,
 )

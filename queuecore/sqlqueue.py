@@ -7,6 +7,7 @@ database server's clock is the default (R20).
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import threading
@@ -25,14 +26,16 @@ from sqlalchemy.sql.elements import ColumnElement
 from queuecore import statements, validate
 from queuecore.backoff import Backoff
 from queuecore.compiled import Compiled
+from queuecore.errors import DedupeConflict
 from queuecore.job import Completions, EnqueueResult, Job, JobSnapshot, to_datetime
 from queuecore.migrate import ensure_schema
 from queuecore.protocol import Effect, Listener
 from queuecore.reconnect import LOST, Outage, reconnecting, transaction
-from queuecore.schema import DEAD, DONE, jobs
+from queuecore.schema import CANCELLED, DEAD, DONE, jobs
+from queuecore.waiting import FinishSignal, Sleep, wait_until_finished
 
 ERROR_TEXT_LIMIT = 2000
-PURGEABLE = {"done": DONE, "dead": DEAD}
+PURGEABLE = {"done": DONE, "dead": DEAD, "cancelled": CANCELLED}
 
 Clock = Callable[[], float]
 
@@ -64,6 +67,9 @@ class SQLQueue:
     fuses_retire: ClassVar[bool] = False
     #: RETURNING may name a column of another FROM item (the claim's `ready_at`).
     returns_from_columns: ClassVar[bool] = False
+    #: The longest pause between two looks of `wait()`: short where polling is all
+    #: there is, longer where a notification wakes the waiter anyway.
+    wait_pause_cap: ClassVar[float] = 0.5
 
     def __init__(
         self,
@@ -76,11 +82,13 @@ class SQLQueue:
         clock: Clock | None = None,
         rng: Callable[[], float] | None = None,
         max_payload_bytes: int = 1 << 20,
+        max_result_bytes: int = 1 << 20,
         **engine_options: Any,
     ) -> None:
         self.lease_seconds = validate.positive_seconds("lease_seconds", lease_seconds)
         self.max_attempts = validate.at_least("max_attempts", max_attempts, 1, validate.INT32[1])
         self.max_payload_bytes = validate.at_least("max_payload_bytes", max_payload_bytes, 1)
+        self.max_result_bytes = validate.at_least("max_result_bytes", max_result_bytes, 1)
         self.backoff = Backoff(
             base=validate.non_negative_seconds("backoff_base", backoff_base),
             cap=validate.non_negative_seconds("backoff_cap", backoff_cap),
@@ -122,6 +130,11 @@ class SQLQueue:
         """A connection that hears of new jobs, for idle workers; None: poll instead."""
         return None
 
+    def _finish_signal(self, job_id: int) -> AbstractContextManager[FinishSignal]:
+        """What `wait()` sleeps on between two looks at the job: here a plain sleep (it
+        polls); a backend that can notify wakes it when the job finishes."""
+        return Sleep()
+
     def _run_on_driver(self, conn: Any, steps: Sequence[DriverStep]) -> list[Outcome]:
         """Run the steps on the DBAPI connection: one step on its own (autocommit), several
         in one transaction that takes the write lock up front. Every row is fetched."""
@@ -148,6 +161,10 @@ class SQLQueue:
         self._stmt_dead_in_queue = s.dead_jobs(by_queue=True)
         self._plans: dict[tuple[bool, int | None], ClaimPlan] = {}
         self._hot_complete = self._compile(self._stmt_complete)
+        self._stmt_complete_result = s.complete_with_result(now)
+        self._hot_complete_result = self._compile(self._stmt_complete_result)
+        self._stmt_cancel = s.cancel(now)
+        self._stmt_cancelled_counts = s.cancelled_counts()
         self._hot_fail_retry = self._compile(s.fail_retry(now))
         self._hot_fail_dead = self._compile(s.fail_dead(now))
         self._hot_heartbeat = self._compile(s.heartbeat(now))
@@ -158,7 +175,7 @@ class SQLQueue:
         self._stmt_enqueue_in = self._enqueue_statement(fresh)
         self._stmt_enqueue_at = self._enqueue_statement(at)
         self._stmt_enqueue_many = self._insert(jobs).values(**fresh)
-        self._stmt_dedupe_lookup = select(jobs.c.id).where(
+        self._stmt_dedupe_lookup = select(jobs.c.id, jobs.c.kind, jobs.c.payload).where(
             jobs.c.dedupe_key == bindparam("dedupe_key")
         )
 
@@ -355,9 +372,10 @@ class SQLQueue:
                 return EnqueueResult(id=new_id, created=True)
             existing = conn.execute(
                 self._stmt_dedupe_lookup, {"dedupe_key": row["dedupe_key"]}
-            ).scalar()
+            ).first()
             if existing is not None:
-                return EnqueueResult(id=existing, created=False)
+                _same_work(row, existing)
+                return EnqueueResult(id=existing.id, created=False)
 
     @reconnecting(after_commit=False)
     def enqueue_many(
@@ -439,58 +457,86 @@ class SQLQueue:
         return self._params(job_id=job.id, token=job.lease_token, **params)
 
     @reconnecting(after_commit=True)
-    def complete(self, job: Job, *, effect: Effect | None = None) -> bool:
+    def complete(self, job: Job, *, effect: Effect | None = None, result: Any = None) -> bool:
+        """R09/R10, and R24: a `result` is checked first (a bad one raises, nothing is
+        written, the job stays running) and stored by the statement that passes the fence.
+        Without one, the hot statement is the very same as before results existed."""
+        if result is not None:
+            result = validate.result(result, max_bytes=self.max_result_bytes)
         if effect is None:
-            [(count, _, _)] = self._execute([(self._hot_complete, self._fence(job))])
+            hot = self._hot_complete if result is None else self._hot_complete_result
+            [(count, _, _)] = self._execute([(hot, self._completion(job, result))])
             return count == 1
         with self._write() as conn:
-            if conn.execute(self._stmt_complete, self._fence(job)).rowcount != 1:
+            if not self._complete_on(conn, job, result):
                 return False
-            if effect is not None:
-                effect(conn)
+            effect(conn)
         return True
+
+    def _completion(self, job: Job, result: Any) -> dict[str, Any]:
+        return self._fence(job) if result is None else self._fence(job, result=result)
+
+    def _complete_on(self, conn: Connection, job: Job, result: Any) -> bool:
+        stmt = self._stmt_complete if result is None else self._stmt_complete_result
+        return conn.execute(stmt, self._completion(job, result)).rowcount == 1
 
     @reconnecting(after_commit=True)
     def complete_many(
-        self, jobs: Sequence[Job], *, effects: Sequence[Effect | None] | None = None
+        self,
+        jobs: Sequence[Job],
+        *,
+        effects: Sequence[Effect | None] | None = None,
+        results: Sequence[Any] | None = None,
     ) -> Completions:
         """Many completes in one transaction (one commit instead of one per job), each
         still fenced by its own token as in R09. With `effects`, each job's effect runs
         in a savepoint of its own, right after its fence passed (R10): one that raises
         rolls back only its own job, which stays running with its lease, is reported
         False, and its exception is kept in `errors` under its index. A database error
-        (or a BaseException) rolls the whole batch back and propagates."""
+        (or a BaseException) rolls the whole batch back and propagates.
+
+        `results` (one JSON value or None per job, R24) are all checked before anything
+        is written: one that is not JSON or too big raises and completes no job."""
         batch = list(jobs)
+        values = [
+            None if v is None else validate.result(v, max_bytes=self.max_result_bytes)
+            for v in _per_job("results", results, len(batch))
+        ]
         if effects is None:
-            return Completions(self._complete_fenced(batch) if batch else [])
-        effects = list(effects)
-        if len(effects) != len(batch):
-            raise ValueError(
-                f"effects must have one entry (an effect or None) per job: "
-                f"{len(effects)} effects for {len(batch)} jobs"
-            )
-        results = Completions()
+            if not batch:
+                return Completions()
+            if all(v is None for v in values):
+                return Completions(self._complete_fenced(batch))
+            steps = [
+                (
+                    self._hot_complete if v is None else self._hot_complete_result,
+                    self._completion(job, v),
+                )
+                for job, v in zip(batch, values, strict=True)
+            ]
+            return Completions(count == 1 for count, _, _ in self._execute(steps))
+        effects = _per_job("effects", effects, len(batch))
+        outcome = Completions()
         with self._write() as conn:
-            for index, (job, effect) in enumerate(zip(batch, effects, strict=True)):
+            for index, (job, effect, result) in enumerate(zip(batch, effects, values, strict=True)):
                 if effect is None:
-                    passed = conn.execute(self._stmt_complete, self._fence(job)).rowcount == 1
-                    results.append(passed)
+                    outcome.append(self._complete_on(conn, job, result))
                     continue
                 savepoint = conn.begin_nested()
-                if conn.execute(self._stmt_complete, self._fence(job)).rowcount != 1:
+                if not self._complete_on(conn, job, result):
                     savepoint.rollback()
-                    results.append(False)
+                    outcome.append(False)
                     continue
                 try:
                     effect(conn)
                 except Exception as error:
                     savepoint.rollback()
-                    results.errors[index] = error
-                    results.append(False)
+                    outcome.errors[index] = error
+                    outcome.append(False)
                 else:
                     savepoint.commit()
-                    results.append(True)
-        return results
+                    outcome.append(True)
+        return outcome
 
     @reconnecting(after_commit=True)
     def fail(
@@ -529,6 +575,26 @@ class SQLQueue:
         [(count, _, _)] = self._execute([(self._hot_release, self._fence(job))])
         return count == 1
 
+    @reconnecting(after_commit=True)
+    def cancel(self, job_id: int) -> bool:
+        """R25: a queued or running job becomes cancelled; a running holder is fenced off
+        (its reports change nothing, its next heartbeat says the job is lost)."""
+        params = self._params(job_id=validate.job_id(job_id))
+        with self._write() as conn:
+            return conn.execute(self._stmt_cancel, params).rowcount == 1
+
+    def wait(self, job_id: int, timeout: float = 30.0) -> JobSnapshot | None:
+        """R26: the job's snapshot once it is done, dead or cancelled, or as it is when
+        `timeout` seconds (real time) have passed; None for an unknown id."""
+        job_id = validate.job_id(job_id)
+        timeout = validate.non_negative_seconds("timeout", timeout)
+        return wait_until_finished(
+            lambda: self.get(job_id),
+            lambda: self._finish_signal(job_id),
+            timeout=timeout,
+            pause_cap=self.wait_pause_cap,
+        )
+
     # --- operating --------------------------------------------------------------------
 
     @reconnecting(after_commit=False)
@@ -550,6 +616,7 @@ class SQLQueue:
         with self._read() as conn:
             live = conn.execute(self._stmt_live_counts, self._params()).all()
             dead = conn.execute(self._stmt_dead_counts).all()
+            cancelled = conn.execute(self._stmt_cancelled_counts).all()
         per_queue: dict[str, dict[str, Any]] = {}
         for name, state, count, ready_now, oldest in live:
             entry = per_queue.setdefault(name, _empty_stats())
@@ -559,11 +626,13 @@ class SQLQueue:
                 entry["oldest_ready_age_s"] = max(entry["oldest_ready_age_s"], float(oldest))
         for name, count in dead:
             per_queue.setdefault(name, _empty_stats())["dead"] = count
+        for name, count in cancelled:
+            per_queue.setdefault(name, _empty_stats())["cancelled"] = count
         if queue is not None:
             return per_queue.get(queue, _empty_stats())
         overall = _empty_stats()
         for entry in per_queue.values():
-            for key in ("queued", "running", "ready_now", "dead"):
+            for key in ("queued", "running", "ready_now", "dead", "cancelled"):
                 overall[key] += entry[key]
             overall["oldest_ready_age_s"] = max(
                 overall["oldest_ready_age_s"], entry["oldest_ready_age_s"]
@@ -646,8 +715,39 @@ def _snapshot(row: Any) -> JobSnapshot:
         created_at=to_datetime(row.created_at),
         visible_at=to_datetime(row.visible_at),
         finished_at=to_datetime(row.finished_at),
+        result=row.result,
     )
 
 
+def _per_job(name: str, values: Sequence[Any] | None, count: int) -> list[Any]:
+    """One entry per job, or None for every job."""
+    if values is None:
+        return [None] * count
+    if isinstance(values, (str, bytes, Mapping)):
+        raise TypeError(f"{name} must be a sequence with one entry per job, got {values!r}")
+    listed = list(values)
+    if len(listed) != count:
+        raise ValueError(
+            f"{name} must have one entry (or None) per job: {len(listed)} {name} for {count} jobs"
+        )
+    return listed
+
+
+def _same_work(row: Mapping[str, Any], existing: Any) -> None:
+    """R27: a dedupe key names one piece of work; the same key with another kind or
+    payload is a mistake that returning the existing job would hide."""
+    if existing.kind != row["kind"]:
+        raise DedupeConflict(row["dedupe_key"], existing.id, "kind")
+    if existing.payload != json.loads(json.dumps(row["payload"])):
+        raise DedupeConflict(row["dedupe_key"], existing.id, "payload")
+
+
 def _empty_stats() -> dict[str, Any]:
-    return {"queued": 0, "running": 0, "ready_now": 0, "oldest_ready_age_s": 0.0, "dead": 0}
+    return {
+        "queued": 0,
+        "running": 0,
+        "ready_now": 0,
+        "oldest_ready_age_s": 0.0,
+        "dead": 0,
+        "cancelled": 0,
+    }

@@ -23,7 +23,19 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.elements import ColumnElement
 
-from queuecore.schema import DEAD, DONE, IS_DEAD, IS_RUNNING, LIVE, QUEUED, RUNNING, jobs
+from queuecore.schema import (
+    CANCELLED,
+    DEAD,
+    DONE,
+    IS_CANCELLED,
+    IS_DEAD,
+    IS_RUNNING,
+    LIVE,
+    QUEUED,
+    RESULT_TYPE,
+    RUNNING,
+    jobs,
+)
 
 LEASE_EXPIRED_ON_LAST_ATTEMPT = "lease expired on the last attempt"
 
@@ -140,6 +152,34 @@ def complete(now: Now) -> Update:
     return update(jobs).where(_fenced()).values(state=DONE, finished_at=now, lease_token=None)
 
 
+def complete_with_result(now: Now) -> Update:
+    """R24: the result is written by the statement that passes the fence, so it exists
+    exactly when the job is done."""
+    return complete(now).values(result=bindparam("result", type_=RESULT_TYPE))
+
+
+def cancel(now: Now) -> Update:
+    """R25: a live job becomes cancelled; clearing the token fences its holder off. A
+    lease that ran out on the last attempt is dead already (R08), not cancellable."""
+    dead_by_lease = (
+        IS_RUNNING & (jobs.c.visible_at <= now) & (jobs.c.attempts >= jobs.c.max_attempts)
+    )
+    return (
+        update(jobs)
+        .where(jobs.c.id == bindparam("job_id"), LIVE, ~dead_by_lease)
+        .values(state=CANCELLED, finished_at=now, lease_token=None)
+    )
+
+
+def mark_awaited() -> Update:
+    """A `wait()` asks to hear of the job's end (PostgreSQL's trigger NOTIFYs then)."""
+    return (
+        update(jobs)
+        .where(jobs.c.id == bindparam("job_id"), LIVE, jobs.c.awaited.is_not(True))
+        .values(awaited=True)
+    )
+
+
 def complete_batch(now: Now) -> Update:
     """PostgreSQL: many fenced completes in one statement, each row fenced by its own
     (id, token) pair, passed as two arrays; returns the pairs that passed."""
@@ -224,6 +264,11 @@ def live_counts(now: Now) -> Select:
 
 def dead_counts() -> Select:
     return select(jobs.c.queue, func.count()).where(jobs.c.state == DEAD).group_by(jobs.c.queue)
+
+
+def cancelled_counts() -> Select:
+    """Served by the partial index over cancelled rows: done rows are never read."""
+    return select(jobs.c.queue, func.count()).where(IS_CANCELLED).group_by(jobs.c.queue)
 
 
 def purge_batch(now: Now, state: ColumnElement[str]) -> Delete:

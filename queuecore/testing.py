@@ -22,7 +22,7 @@ from typing import Any, Literal, Protocol
 
 from sqlalchemy import func, select
 
-from queuecore.handling import Handler, Lease, Permanent, Retry
+from queuecore.handling import DEFAULT_MAX_RESULT_BYTES, Handler, Lease, Permanent, Retry
 from queuecore.handling import run_handler as run_with_lease
 from queuecore.job import Job
 from queuecore.protocol import Effect, Queue
@@ -41,16 +41,19 @@ Status = Literal["completed", "retry", "permanent", "error"]
 class Outcome:
     """What one run of a handler came to, read the way the worker reads it (W1).
 
-    - `completed`: it returned; `effect` is the `f(conn)` it returned, or None;
+    - `completed`: it returned; `effect` is the `f(conn)` it returned, or None, and
+      `result` the job's result (a JSON value, R24), or None;
     - `retry`: it raised `Retry`; `retry_in` is the delay it asked for;
     - `permanent`: it raised `Permanent`;
-    - `error`: it raised anything else, or returned something that is not an effect.
+    - `error`: it raised anything else, or returned a result that cannot be stored
+      (not JSON, or over the size limit).
 
     `error` holds the exception in the three failing cases.
     """
 
     status: Status
     effect: Effect | None = None
+    result: Any = None
     retry_in: float | None = None
     error: Exception | None = None
 
@@ -59,30 +62,20 @@ class Outcome:
         return self.status == "completed"
 
 
-def outcome_of(handler: Handler, lease: Lease) -> Outcome:
-    """Run `handler` on `lease.job` with the lease in reach of `current_lease()`."""
+def outcome_of(
+    handler: Handler, lease: Lease, *, max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
+) -> Outcome:
+    """Run `handler` on `lease.job` with the lease in reach of `current_lease()`, and read
+    its return value as the worker does (`queuecore.handling.completion_of`)."""
     try:
-        returned = run_with_lease(handler, lease)
+        done = run_with_lease(handler, lease, max_result_bytes=max_result_bytes)
     except Retry as exc:
         return Outcome("retry", retry_in=exc.seconds, error=exc)
     except Permanent as exc:
         return Outcome("permanent", error=exc)
     except Exception as exc:
         return Outcome("error", error=exc)
-    return _returned(returned)
-
-
-def _returned(value: object) -> Outcome:
-    """The one place that reads what a handler returned (a result will be read here too)."""
-    if value is not None and not callable(value):
-        return Outcome(
-            "error",
-            error=TypeError(
-                f"the handler returned {type(value).__name__}; return None or an effect "
-                "f(conn) to commit with the completion"
-            ),
-        )
-    return Outcome("completed", effect=value)
+    return Outcome("completed", effect=done.effect, result=done.result)
 
 
 def make_job(
@@ -200,7 +193,8 @@ def drain(
         if handler is None:
             outcome = Outcome("error", error=LookupError(f"no handler for kind {job.kind!r}"))
         else:
-            outcome = outcome_of(handler, Lease(job))
+            limit = getattr(queue, "max_result_bytes", DEFAULT_MAX_RESULT_BYTES)
+            outcome = outcome_of(handler, Lease(job), max_result_bytes=limit)
         runs.append(_report(queue, job, outcome))
     raise RuntimeError(f"drain stopped after {max_runs} runs with jobs still ready")
 
@@ -208,7 +202,7 @@ def drain(
 def _report(queue: Queue, job: Job, outcome: Outcome) -> Drained:
     if outcome.completed:
         try:
-            done = queue.complete(job, effect=outcome.effect)
+            done = queue.complete(job, effect=outcome.effect, result=outcome.result)
         except Exception as exc:  # the effect raised: rolled back, the job fails (R10)
             return _report(queue, job, Outcome("error", error=exc))
         return Drained(job, outcome, "done" if done else "lost")

@@ -77,8 +77,28 @@ def payload(value: object, *, max_bytes: int) -> dict[str, Any]:
     return dict(value)
 
 
-def _payload_strings(value: Mapping[str, Any]) -> None:
-    pending: list[tuple[str, object]] = [("payload", value)]
+def result(value: object, *, max_bytes: int) -> object:
+    """A job's result is any JSON value (R24), checked here so that a bad one fails while
+    the job is still running under its lease, before anything is written. Keys must be
+    strings, as in a payload: what `get()` hands back is what the handler returned."""
+    try:
+        encoded = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"result is not JSON-serialisable: {exc}") from exc
+    except RecursionError as exc:
+        raise ValueError("result is nested too deeply") from exc
+    size = len(encoded.encode("utf-8", "surrogatepass"))
+    if size > max_bytes:
+        raise ValueError(
+            f"result is {size} bytes as JSON, larger than max_result_bytes={max_bytes}; "
+            "store big outputs elsewhere and return where they are"
+        )
+    _payload_strings(value, "result")
+    return value
+
+
+def _payload_strings(value: object, name: str = "payload") -> None:
+    pending: list[tuple[str, object]] = [(name, value)]
     while pending:
         path, item = pending.pop()
         if isinstance(item, str):

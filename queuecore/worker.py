@@ -29,10 +29,18 @@ from typing import TypeVar
 
 from queuecore import validate
 from queuecore.acks import Ack, AckWindow
-from queuecore.handling import Handler, Lease, Permanent, Retry, run_handler
+from queuecore.handling import (
+    DEFAULT_MAX_RESULT_BYTES,
+    Done,
+    Handler,
+    Lease,
+    Permanent,
+    Retry,
+    run_handler,
+)
 from queuecore.job import Completions, Job
 from queuecore.observer import NO_OBSERVER, WorkerObserver
-from queuecore.protocol import Effect, Listener, Queue
+from queuecore.protocol import Listener, Queue
 from queuecore.reconnect import connection_lost
 from queuecore.schedules import scheduler_threads
 from queuecore.sqlqueue import ERROR_TEXT_LIMIT
@@ -342,31 +350,30 @@ class Worker:
             )
             return False
         self.observer.handler_started(job)
+        limit = getattr(self.queue, "max_result_bytes", DEFAULT_MAX_RESULT_BYTES)
         try:
-            effect = run_handler(handler, lease)
-            if effect is not None and not callable(effect):
-                raise TypeError(
-                    f"the handler returned {type(effect).__name__}; return None or an "
-                    "effect f(conn) to commit with the completion"
-                )
+            done = run_handler(handler, lease, max_result_bytes=limit)
         except Exception as exc:
             self.observer.handler_ended(job, time.monotonic() - started)
             self._fail(lease, exc, started)
             return False
         self.observer.handler_ended(job, time.monotonic() - started)
-        return self._complete(lease, effect, started)
+        return self._complete(lease, done, started)
 
-    def _complete(self, lease: Lease, effect: Effect | None, started: float) -> bool:
+    def _complete(self, lease: Lease, done: Done, started: float) -> bool:
         """Every completion goes through here: to the ack window (True), or at once."""
+        effect = done.effect
         if self._acks is not None:
             with self._lock:
                 self._acking += 1
-            self._acks.add(Ack(lease, effect, started))
+            self._acks.add(Ack(lease, effect, started, result=done.result))
             self._wake.set()  # the slot is free: claim its next job now, not after the flush
             return True
         lease.reporting = True
         try:
-            done = self._until_reachable(lambda: self.queue.complete(lease.job, effect=effect))
+            completed = self._until_reachable(
+                lambda: self.queue.complete(lease.job, effect=effect, result=done.result)
+            )
         except Exception as exc:  # the effect raised (rolled back), or the database did
             if connection_lost(exc):  # given up on a second stop signal
                 log.warning(
@@ -376,7 +383,7 @@ class Worker:
                 return False
             self._fail(lease, exc, started)
             return False
-        self._log_completion(lease, done, started)
+        self._log_completion(lease, completed, started)
         return False
 
     def _settle(self, batch: list[Ack], outcome: Completions | Exception) -> None:
@@ -487,7 +494,8 @@ class Worker:
                     self.observer.heartbeat(held=False)
                     lease.lost.set()
                     log.warning(
-                        "%s lost its lease (it ran out and another claim took the job)",
+                        "%s lost its lease (it ran out and another claim took the job, "
+                        "or the job was cancelled)",
                         label(lease),
                     )
 

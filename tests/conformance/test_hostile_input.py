@@ -182,7 +182,10 @@ def test_error_text_a_database_cannot_hold_is_escaped_not_lost(queue):
 def test_sql_metacharacters_are_stored_and_returned_unchanged(queue, db, name):
     payload = {name: [name, {"nested": name}]}
     res = queue.enqueue(name, payload, queue=name, dedupe_key=name)
-    assert queue.enqueue("other", {}, dedupe_key=name) == queuecore.EnqueueResult(res.id, False)
+    assert queue.enqueue(name, payload, dedupe_key=name) == queuecore.EnqueueResult(res.id, False)
+    with pytest.raises(queuecore.DedupeConflict) as conflict:  # R27
+        queue.enqueue("other", {}, dedupe_key=name)
+    assert conflict.value.existing_id == res.id
     assert queue.stats(name)["queued"] == 1
     assert queue.claim("w", queues=["default"]) == []
     (job,) = queue.claim(name, queues=[name])

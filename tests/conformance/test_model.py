@@ -52,6 +52,7 @@ class Row:
     worker: str | None = None
     last_error: str | None = None
     finished_at: float | None = None
+    result: Any = None
 
     def ready(self, now: float) -> bool:
         live = self.state in ("queued", "running")
@@ -72,14 +73,18 @@ class Model:
             return row
         return None
 
-    def existing(self, dedupe_key: str | None) -> int | None:
-        found = [r.id for r in self.rows.values() if dedupe_key and r.dedupe_key == dedupe_key]
+    def existing(self, dedupe_key: str | None) -> Row | None:
+        found = [r for r in self.rows.values() if dedupe_key and r.dedupe_key == dedupe_key]
         return found[0] if found else None
 
+    def out_of_attempts(self, row: Row) -> bool:
+        """R08: a lease that ran out on the last attempt: dead, whether written yet or not."""
+        expired = row.state == "running" and row.visible_at <= self.now
+        return expired and row.attempts >= row.max_attempts
+
     def claim(self, limit: int, queues: list[str] | None) -> list[Row]:
-        for row in self.rows.values():  # R08
-            expired = row.state == "running" and row.visible_at <= self.now
-            if expired and row.attempts >= row.max_attempts:
+        for row in self.rows.values():  # R08, written by the claim
+            if self.out_of_attempts(row):
                 row.state, row.finished_at, row.lease_token = "dead", self.now, None
                 row.last_error = LEASE_EXPIRED_ON_LAST_ATTEMPT
         ready = [
@@ -100,7 +105,7 @@ class Model:
                 entry["oldest_ready_age_s"] = max(entry["oldest_ready_age_s"], age)
         overall = empty_stats()
         for entry in per_queue.values():
-            for key in ("queued", "running", "ready_now", "dead"):
+            for key in ("queued", "running", "ready_now", "dead", "cancelled"):
                 overall[key] += entry[key]
             overall["oldest_ready_age_s"] = max(
                 overall["oldest_ready_age_s"], entry["oldest_ready_age_s"]
@@ -109,7 +114,14 @@ class Model:
 
 
 def empty_stats() -> dict[str, Any]:
-    return {"queued": 0, "running": 0, "ready_now": 0, "oldest_ready_age_s": 0.0, "dead": 0}
+    return {
+        "queued": 0,
+        "running": 0,
+        "ready_now": 0,
+        "oldest_ready_age_s": 0.0,
+        "dead": 0,
+        "cancelled": 0,
+    }
 
 
 class Boom(Exception):
@@ -138,6 +150,14 @@ class QueueMachine(RuleBasedStateMachine):
         n=st.integers(0, 9),
     )
     def enqueue(self, kind, queue, priority, delay, max_attempts, dedupe_key, n):
+        existing = self.model.existing(dedupe_key)
+        if existing is not None and (existing.kind, existing.payload) != (kind, {"n": n}):
+            try:  # R27
+                self.queue.enqueue(kind, {"n": n}, dedupe_key=dedupe_key)
+            except queuecore.DedupeConflict as conflict:
+                assert conflict.existing_id == existing.id
+                return
+            raise AssertionError("another kind or payload under a taken key must conflict")
         res = self.queue.enqueue(
             kind,
             {"n": n},
@@ -147,9 +167,8 @@ class QueueMachine(RuleBasedStateMachine):
             max_attempts=max_attempts,
             dedupe_key=dedupe_key,
         )
-        existing = self.model.existing(dedupe_key)
         if existing is not None:
-            assert (res.id, res.created) == (existing, False)
+            assert (res.id, res.created) == (existing.id, False)
             return
         assert res.created and res.id not in self.model.rows
         self.model.rows[res.id] = Row(
@@ -212,6 +231,45 @@ class QueueMachine(RuleBasedStateMachine):
         assert self.queue.complete(job) is (row is not None)
         if row:
             row.state, row.finished_at, row.lease_token = "done", self.model.now, None
+
+    @rule(job=held, result=names([{"r": 1}, [1, "two"], "text", 0]))
+    def complete_with_result(self, job, result):
+        row = self.model.holds(job)
+        assert self.queue.complete(job, result=result) is (row is not None)
+        if row:
+            row.state, row.finished_at, row.lease_token = "done", self.model.now, None
+            row.result = result
+
+    @rule(job=held, results=st.lists(names([None, {"r": 2}]), min_size=1, max_size=2))
+    def complete_many_with_results(self, job, results):
+        """The same claim listed once per entry: it completes once, as two calls would."""
+        row = self.model.holds(job)
+        outcome = self.queue.complete_many([job] * len(results), results=results)
+        assert list(outcome) == [row is not None] + [False] * (len(results) - 1)
+        if row:
+            row.state, row.finished_at, row.lease_token = "done", self.model.now, None
+            row.result = results[0]
+
+    @rule(data=st.data())
+    def cancel(self, data):
+        known = sorted(self.model.rows)
+        job_id = data.draw(st.sampled_from([*known, 999]) if known else st.just(999))
+        row = self.model.rows.get(job_id)
+        live = row is not None and row.state in ("queued", "running")
+        live = live and not self.model.out_of_attempts(row)
+        assert self.queue.cancel(job_id) is live
+        if live:
+            row.state, row.finished_at, row.lease_token = "cancelled", self.model.now, None
+
+    @rule(data=st.data())
+    def wait_without_waiting(self, data):
+        known = sorted(self.model.rows)
+        job_id = data.draw(st.sampled_from([*known, 999]) if known else st.just(999))
+        snap = self.queue.wait(job_id, timeout=0)
+        row = self.model.rows.get(job_id)
+        assert (snap is None) is (row is None)
+        if row is not None:
+            assert (snap.state, snap.result) == (row.state, row.result)
 
     @rule(job=held)
     def complete_with_failing_effect(self, job):
@@ -276,7 +334,10 @@ class QueueMachine(RuleBasedStateMachine):
             row.state, row.attempts, row.visible_at = "queued", 0, self.model.now
             row.finished_at = row.lease_token = None
 
-    @rule(older_than=names([0, 2, 30]), states=names([("done",), ("dead",), ("done", "dead")]))
+    @rule(
+        older_than=names([0, 2, 30]),
+        states=names([("done",), ("dead",), ("done", "dead"), ("cancelled",)]),
+    )
     def purge(self, older_than, states):
         gone = [
             r.id
@@ -301,6 +362,7 @@ class QueueMachine(RuleBasedStateMachine):
             snap = self.queue.get(row.id)
             seen = (snap.state, snap.attempts, snap.max_attempts, snap.last_error, snap.worker)
             assert seen == (row.state, row.attempts, row.max_attempts, row.last_error, row.worker)
+            assert snap.result == row.result
             assert (snap.kind, snap.queue, snap.payload, snap.priority, snap.dedupe_key) == (
                 row.kind,
                 row.queue,

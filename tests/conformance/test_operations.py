@@ -66,7 +66,14 @@ def test_r16_stats_per_queue_and_overall(make_queue, clock):
     queue.claim("w", queues=["b"], limit=1)
     clock.advance(25)  # the first two leases ended 5 s ago, the third one is live
 
-    empty = {"queued": 0, "running": 0, "ready_now": 0, "oldest_ready_age_s": 0.0, "dead": 0}
+    empty = {
+        "queued": 0,
+        "running": 0,
+        "ready_now": 0,
+        "oldest_ready_age_s": 0.0,
+        "dead": 0,
+        "cancelled": 0,
+    }
     a = {**empty, "queued": 2, "ready_now": 1, "oldest_ready_age_s": 135.0}
     b = {**empty, "queued": 1, "running": 3, "ready_now": 2, "oldest_ready_age_s": 45.0}
     d = {**empty, "dead": 2}
@@ -80,6 +87,7 @@ def test_r16_stats_per_queue_and_overall(make_queue, clock):
         "ready_now": 3,
         "oldest_ready_age_s": 135.0,
         "dead": 2,
+        "cancelled": 0,
     }
 
 

@@ -23,6 +23,7 @@ FINISHED_ROWS = 100_000
 READY = {"ix_queuecore_jobs_ready", "ix_queuecore_jobs_ready_by_queue"}
 LEASES = "ix_queuecore_jobs_leases"
 DEAD = "ix_queuecore_jobs_dead"
+CANCELLED = "ix_queuecore_jobs_cancelled"
 PRIMARY_KEY = "primary key"
 
 
@@ -156,6 +157,9 @@ def test_r16_stats_never_scans_finished_rows(crowded, db, clock):
 
         assert live.indexes and live.indexes <= READY and not live.full_scan, live
         assert dead.indexes == {DEAD} and not dead.full_scan, dead
+    with db.connect() as conn:
+        cancelled = explain(conn, statements.cancelled_counts(), {})
+    assert cancelled.indexes == {CANCELLED} and not cancelled.full_scan, cancelled
 
 
 @pytest.mark.postgresql_only

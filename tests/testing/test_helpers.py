@@ -79,10 +79,22 @@ def test_run_handler_reports_what_the_handler_raised(
     assert not outcome.completed
 
 
-def test_run_handler_refuses_a_return_that_is_not_an_effect() -> None:
-    outcome = run_handler(lambda job: {"not": "an effect"})
+def test_run_handler_reads_a_returned_value_as_the_result() -> None:
+    outcome = run_handler(lambda job: {"total": 3})
+    assert (outcome.status, outcome.result, outcome.effect) == ("completed", {"total": 3}, None)
+
+    def effect(conn: object) -> None:
+        return None
+
+    both = run_handler(lambda job: queuecore.Done(result=[1], effect=effect))
+    assert (both.status, both.result, both.effect) == ("completed", [1], effect)
+
+
+def test_run_handler_refuses_a_result_that_cannot_be_stored() -> None:
+    outcome = run_handler(lambda job: {"not json": {1, 2}})
     assert outcome.status == "error"
     assert isinstance(outcome.error, TypeError)
+    assert "result is not JSON" in str(outcome.error)
 
 
 def test_run_handler_runs_a_given_job() -> None:
@@ -126,6 +138,14 @@ def test_drain_runs_every_ready_job_and_reports_each(
     assert [queue.get(i).state for i in (ok, permanent, unknown)] == ["done", "dead", "dead"]
     assert "never" in queue.get(permanent).last_error
     assert "nobody-knows" in queue.get(unknown).last_error
+
+
+def test_drain_stores_a_returned_result(make_queue: Callable[..., queuecore.Queue]) -> None:
+    queue = make_queue()
+    job_id = queue.enqueue("sum", {"xs": [1, 2, 3]}).id
+    runs = drain(queue, {"sum": lambda job: {"sum": sum(job.payload["xs"])}})
+    assert [(r.outcome.result, r.state) for r in runs] == [({"sum": 6}, "done")]
+    assert queue.get(job_id).result == {"sum": 6}
 
 
 def test_drain_commits_a_returned_effect_with_the_completion(

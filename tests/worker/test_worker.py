@@ -139,12 +139,59 @@ def test_w1_an_effect_that_raises_rolls_back_and_fails_the_job(queue, effect_row
     assert effect_rows() == []
 
 
-def test_w1_a_handler_returning_something_else_than_an_effect_fails(queue):
-    job_id = queue.enqueue("answer", {}).id
-    drain(queue, {"answer": lambda job: 42})
+@pytest.mark.parametrize("ack_batch", [1, 100], ids=["one-by-one", "ack-window"])
+def test_r24_a_returned_json_value_is_the_jobs_result(queue, effect_rows, ack_batch):
+    """A dict (Celery's habit), a scalar, or `Done` with an effect too; one bad result in
+    a batch fails only its own job."""
+    handlers = {
+        "dict": lambda job: {"total": job.payload["n"] * 2},
+        "scalar": lambda job: 42,
+        "both": lambda job: queuecore.Done(result=["ok"], effect=write_effect(job)),
+        "effect": write_effect,
+        "nothing": lambda job: None,
+        "not-json": lambda job: {"a set": {1, 2}},
+        "too-big": lambda job: "x" * 200,
+    }
+    ids = {kind: queue.enqueue(kind, {"n": 3}).id for kind in handlers}
+    queue.max_result_bytes = 100
+
+    drain(queue, handlers, ack_batch=ack_batch, ack_seconds=0.5)
+
+    snaps = {kind: queue.get(job_id) for kind, job_id in ids.items()}
+    assert {k: (s.state, s.result) for k, s in snaps.items() if s.state == "done"} == {
+        "dict": ("done", {"total": 6}),
+        "scalar": ("done", 42),
+        "both": ("done", ["ok"]),
+        "effect": ("done", None),
+        "nothing": ("done", None),
+    }
+    assert effect_rows() == sorted([ids["both"], ids["effect"]])
+    assert snaps["not-json"].state == "queued"
+    assert snaps["not-json"].last_error.startswith("TypeError: result is not JSON")
+    assert snaps["too-big"].state == "queued"
+    assert "max_result_bytes=100" in snaps["too-big"].last_error
+
+
+def test_r25_cancelling_a_running_job_sets_its_lease_lost(make_queue):
+    queue = make_queue(clock=None, lease_seconds=0.6)  # heartbeats every 0.2 s
+    job_id = queue.enqueue("long", {}).id
+    started, outcome = threading.Event(), []
+
+    def long(job):
+        started.set()
+        outcome.append(current_lease().lost.wait(20))
+        return {"discarded": True}
+
+    worker = Background(Worker(queue, {"long": long}, poll_interval=0.05))
+    try:
+        assert started.wait(20)
+        assert queue.cancel(job_id)
+        wait_until(lambda: outcome, "the handler saw its lease lost")
+    finally:
+        worker.stop()
+    assert outcome == [True]
     snap = queue.get(job_id)
-    assert snap.state == "queued"
-    assert "returned int" in snap.last_error
+    assert (snap.state, snap.result) == ("cancelled", None)
 
 
 def test_concurrency_runs_that_many_jobs_at_once(queue):

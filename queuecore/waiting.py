@@ -1,0 +1,60 @@
+"""`wait()` (R26) without spinning: look at the job, and between two looks sleep on a
+signal that a backend may wake early when the job finishes (PostgreSQL: a NOTIFY sent by
+a trigger, only for jobs somebody waits for). The pause grows between looks, so a long
+wait costs a handful of reads, and a lost notification only delays the answer.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Protocol
+
+from queuecore.job import JobSnapshot
+
+FIRST_PAUSE = 0.01
+GROWTH = 1.5
+
+
+class FinishSignal(Protocol):
+    def sleep(self, seconds: float) -> None:
+        """Return after `seconds`, or earlier when the job may have finished."""
+        ...
+
+
+class Sleep:
+    """The signal of a database that cannot notify: a plain sleep, so `wait()` polls."""
+
+    def __enter__(self) -> Sleep:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+def wait_until_finished(
+    look: Callable[[], JobSnapshot | None],
+    signal: Callable[[], AbstractContextManager[FinishSignal]],
+    *,
+    timeout: float,
+    pause_cap: float,
+) -> JobSnapshot | None:
+    """The job once finished, or as it is at the timeout; None once it is unknown. The
+    signal is set up before the first look, so a job that finishes between the look and
+    the sleep still wakes the sleeper."""
+    deadline = time.monotonic() + timeout
+    pause = FIRST_PAUSE
+    with signal() as finish:
+        while True:
+            snapshot = look()
+            if snapshot is None or snapshot.finished:
+                return snapshot
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return snapshot
+            finish.sleep(min(pause, left))
+            pause = min(pause * GROWTH, pause_cap)

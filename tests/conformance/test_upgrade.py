@@ -1,0 +1,143 @@
+"""R28: an upgrade keeps every job. A database at the previous revision is filled with jobs
+in every state, upgraded, and each job must be stored as before and behave as before."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from alembic import command
+
+import queuecore
+from queuecore.migrate import _config, current_revision, head_revision, include_object
+from tests.conformance.conftest import START, FakeClock
+from tests.conformance.test_migrations import drift
+
+NEW_COLUMNS = ("result", "awaited", "trace_context")
+LEASE = 30.0
+
+
+@pytest.fixture
+def old_engine(empty_dsn: str) -> Iterator[sa.Engine]:
+    engine = sa.create_engine(empty_dsn)
+    yield engine
+    engine.dispose()
+
+
+def upgrade(engine: sa.Engine, revision: str) -> None:
+    command.upgrade(_config(engine), revision)
+
+
+def rows(engine: sa.Engine) -> dict[int, dict[str, Any]]:
+    table = sa.Table("queuecore_jobs", sa.MetaData(), autoload_with=engine)
+    with engine.connect() as conn:
+        found = conn.execute(sa.select(table).order_by(table.c.id)).mappings().all()
+    return {row["id"]: dict(row) for row in found}
+
+
+def job(name: str, state: str, **values: Any) -> dict[str, Any]:
+    row = {
+        "kind": f"kind-{name}",
+        "queue": "mail" if "mail" in name else "default",
+        "payload": {"name": name, "nested": [1, 2.5, None, {"é": "ü"}]},
+        "priority": 0,
+        "state": state,
+        "attempts": 0,
+        "max_attempts": 3,
+        "visible_at": START - 60,
+        "lease_token": None,
+        "worker": None,
+        "last_error": None,
+        "dedupe_key": f"key-{name}",
+        "created_at": START - 120,
+        "finished_at": None,
+    }
+    return {**row, **values}
+
+
+EVERY_STATE = {
+    "queued": job("queued", "queued"),
+    "queued_mail_urgent": job("queued_mail_urgent", "queued", priority=-5),
+    "delayed": job("delayed", "queued", visible_at=START + 3600),
+    "retrying": job("retrying", "queued", attempts=1, last_error="boom"),
+    "running": job(
+        "running", "running", attempts=1, visible_at=START + 20, lease_token="t1", worker="w1"
+    ),
+    "lease_over": job(
+        "lease_over", "running", attempts=2, visible_at=START - 5, lease_token="t2", worker="w2"
+    ),
+    "last_attempt_over": job(
+        "last_attempt_over",
+        "running",
+        attempts=3,
+        visible_at=START - 5,
+        lease_token="t3",
+        worker="w3",
+    ),
+    "done": job("done", "done", attempts=1, worker="w4", finished_at=START - 30),
+    "dead": job("dead", "dead", attempts=3, last_error="gave up", finished_at=START - 40),
+    "no_key": job("no_key", "queued", dedupe_key=None),
+    "purged": job("purged", "done", finished_at=START - 1000),
+}
+
+
+def fill(engine: sa.Engine) -> dict[str, int]:
+    table = sa.Table("queuecore_jobs", sa.MetaData(), autoload_with=engine)
+    ids = {}
+    with engine.begin() as conn:
+        for name, row in EVERY_STATE.items():
+            ids[name] = conn.execute(table.insert().values(**row).returning(table.c.id)).scalar()
+        conn.execute(table.delete().where(table.c.id == ids["purged"]))  # the newest id
+    return ids
+
+
+def test_r28_upgrade_to_head_keeps_every_job_in_every_state(old_engine, empty_dsn):
+    upgrade(old_engine, "0002")
+    assert current_revision(old_engine) == "0002"
+    ids = fill(old_engine)
+    before = rows(old_engine)
+    assert len(before) == len(EVERY_STATE) - 1
+
+    upgrade(old_engine, "head")
+
+    assert current_revision(old_engine) == head_revision()
+    after = rows(old_engine)
+    assert {i: {k: v for k, v in r.items() if k not in NEW_COLUMNS} for i, r in after.items()} == (
+        before
+    )
+    assert all(r[c] is None for r in after.values() for c in NEW_COLUMNS)
+    assert drift(old_engine, include_object=include_object) == []  # indexes and all
+    _still_claimable(empty_dsn, ids)
+
+
+def _still_claimable(dsn: str, ids: dict[str, int]) -> None:
+    """Every upgraded job behaves as the rules say, new operations included."""
+    clock = FakeClock()
+    queue = queuecore.connect(dsn, clock=clock, rng=lambda: 1.0, lease_seconds=LEASE)
+    try:
+        fresh = queue.enqueue("new", {}, delay=1)
+        assert fresh.id > ids["purged"]  # a purged id is never handed out again
+        claimed = queue.claim("after-upgrade", limit=20)
+        assert [j.id for j in claimed] == [
+            ids["queued_mail_urgent"],
+            ids["queued"],
+            ids["retrying"],
+            ids["no_key"],
+            ids["lease_over"],
+        ]
+        assert [j.attempts for j in claimed] == [1, 1, 2, 1, 3]
+        assert queue.get(ids["last_attempt_over"]).state == "dead"  # R08, as before
+        assert queue.complete(claimed[0], result={"upgraded": True})
+        assert queue.get(ids["queued_mail_urgent"]).result == {"upgraded": True}
+        assert queue.cancel(ids["delayed"]) and queue.cancel(ids["running"])
+        assert queue.requeue_dead([ids["dead"]]) == [ids["dead"]]
+        payload = EVERY_STATE["queued"]["payload"]
+        again = queue.enqueue("kind-queued", payload, dedupe_key="key-queued")
+        assert (again.id, again.created) == (ids["queued"], False)
+        assert queue.get(ids["done"]).state == "done"
+        clock.advance(2 * LEASE)
+        assert {j.id for j in queue.claim("later", limit=20)} >= {ids["dead"], fresh.id}
+    finally:
+        queue.close()

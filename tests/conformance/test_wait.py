@@ -1,0 +1,136 @@
+"""R26: wait returns a job's snapshot once it is terminal, or at the timeout, never spinning."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import sqlalchemy as sa
+
+import queuecore.waiting
+from queuecore.schema import jobs
+from tests.conformance.helpers import all_rows, job_row
+
+
+class CountingLooks:
+    """Counts how often `wait()` reads the job: a busy loop would read it thousands of times."""
+
+    def __init__(self, queue):
+        self.queue, self.looks = queue, 0
+        self._get = queue.get
+
+    def __enter__(self):
+        def get(job_id):
+            self.looks += 1
+            return self._get(job_id)
+
+        self.queue.get = get
+        return self
+
+    def __exit__(self, *exc):
+        del self.queue.get
+
+
+def test_r26_wait_returns_a_finished_job_at_once(queue):
+    done, dead, cancelled = (queue.enqueue("k", {"i": i}).id for i in range(3))
+    a, b = queue.claim("w", limit=2)
+    queue.complete(a, result={"ok": True})
+    queue.fail(b, "bad", permanent=True)
+    queue.cancel(cancelled)
+
+    with CountingLooks(queue) as counted:
+        states = [queue.wait(i, timeout=30) for i in (done, dead, cancelled)]
+    assert [(s.state, s.result) for s in states] == [
+        ("done", {"ok": True}),
+        ("dead", None),
+        ("cancelled", None),
+    ]
+    assert counted.looks == 3
+
+
+def test_r26_wait_for_an_unknown_id_is_none(queue):
+    assert queue.wait(123_456, timeout=5) is None
+
+
+def test_r26_wait_returns_the_job_as_it_is_at_the_timeout_without_spinning(queue):
+    job_id = queue.enqueue("k", {}).id
+    queue.claim("w")
+
+    with CountingLooks(queue) as counted:
+        snap = queue.wait(job_id, timeout=1.5)
+
+    assert snap.state == "running"
+    assert 2 <= counted.looks <= 40  # a growing pause: about a dozen looks, not thousands
+    assert queue.wait(job_id, timeout=0).state == "running"
+
+
+def test_r26_wait_wakes_when_another_thread_completes_the_job(queue):
+    job_id = queue.enqueue("k", {}).id
+    (job,) = queue.claim("w")
+    seen = []
+    waiter = threading.Thread(target=lambda: seen.append(queue.wait(job_id, timeout=60)))
+    waiter.start()
+    try:
+        assert queue.complete(job, result=[1, 2, 3])
+    finally:
+        waiter.join(timeout=30)
+    assert not waiter.is_alive()
+    assert [(s.state, s.result) for s in seen] == [("done", [1, 2, 3])]
+
+
+@pytest.mark.parametrize("bad", [-1, -0.001, float("nan"), "5", None], ids=repr)
+def test_r26_wait_with_a_negative_or_non_number_timeout_is_a_value_error(queue, db, bad):
+    job_id = queue.enqueue("k", {}).id
+    before = all_rows(db)
+    with pytest.raises(ValueError, match="timeout"):
+        queue.wait(job_id, timeout=bad)
+    assert all_rows(db) == before
+
+
+def test_r26_wait_of_an_id_that_is_not_an_integer_is_a_type_error(queue):
+    with pytest.raises(TypeError, match="job id"):
+        queue.wait("7", timeout=1)
+
+
+@pytest.mark.postgresql_only
+@pytest.mark.parametrize("backend", ["postgresql"])  # NOTIFY is PostgreSQL's
+def test_r26_postgresql_wakes_the_waiter_by_notify(backend, queue, db, monkeypatch):
+    """The first pause is made 30 s long: only the trigger's NOTIFY can end it in time."""
+    monkeypatch.setattr(queuecore.waiting, "FIRST_PAUSE", 30.0)
+    job_id = queue.enqueue("k", {}).id
+    (job,) = queue.claim("w")
+    seen = []
+    waiter = threading.Thread(target=lambda: seen.append(queue.wait(job_id, timeout=60)))
+    waiter.start()
+    try:
+        for _ in range(200):  # the waiter has marked the job: it listens from now on
+            if job_row(db, job_id)["awaited"]:
+                break
+            threading.Event().wait(0.05)
+        assert job_row(db, job_id)["awaited"] is True
+        assert queue.complete(job, result="done")
+        waiter.join(timeout=15)
+    finally:
+        if waiter.is_alive():
+            queue.cancel(job_id)
+            waiter.join()
+    assert [s.state for s in seen] == ["done"]
+
+
+@pytest.mark.postgresql_only
+@pytest.mark.parametrize("backend", ["postgresql"])
+def test_r26_only_awaited_jobs_send_a_notification(backend, queue, db):
+    """The hot path's cost: completing a job nobody waits for sends no NOTIFY (and so
+    takes no NOTIFY lock at commit)."""
+    _quiet, awaited = (queue.enqueue("k", {"i": i}).id for i in range(2))
+    claimed = queue.claim("w", limit=2)
+    with db.begin() as conn:
+        conn.execute(sa.update(jobs).where(jobs.c.id == awaited).values(awaited=True))
+    with db.connect().execution_options(isolation_level="AUTOCOMMIT") as listener:
+        listener.exec_driver_sql("LISTEN queuecore_finished")
+        assert queue.complete_many(claimed) == [True, True]
+        heard = [
+            n.payload
+            for n in listener.connection.driver_connection.notifies(timeout=1.0, stop_after=2)
+        ]
+    assert heard == [str(awaited)]

@@ -1,0 +1,117 @@
+"""`queuecore enqueue` and `queuecore cancel`: what they print, what they write, and their
+exit codes (0 done, 2 usage, 1 failure) with a message that says what happened."""
+
+from __future__ import annotations
+
+import pytest
+
+from queuecore.cli import main
+from tests.conformance.helpers import all_rows
+from tests.worker.processes import run_queuecore
+
+
+@pytest.fixture(autouse=True)
+def no_dsn_from_the_shell(monkeypatch):
+    monkeypatch.delenv("QUEUECORE_DSN", raising=False)
+
+
+@pytest.fixture
+def rows(dsn):
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(dsn)
+    yield lambda: all_rows(engine)
+    engine.dispose()
+
+
+def test_enqueue_prints_the_id_and_writes_the_job(capsys, queue, dsn):
+    args = ["enqueue", "email", "--dsn", dsn, "--payload", '{"to": "a@example.com"}']
+    assert main([*args, "--queue", "mail", "--priority", "-1", "--max-attempts", "2"]) == 0
+    job_id = int(capsys.readouterr().out)
+    snap = queue.get(job_id)
+    assert (snap.kind, snap.payload, snap.queue, snap.priority, snap.max_attempts) == (
+        "email",
+        {"to": "a@example.com"},
+        "mail",
+        -1,
+        2,
+    )
+    assert snap.state == "queued" and snap.visible_at <= snap.created_at
+
+
+def test_enqueue_with_a_delay_and_a_dedupe_key(capsys, queue, dsn):
+    args = ["enqueue", "report", "--dsn", dsn, "--delay", "60", "--dedupe-key", "r-1"]
+    assert main(args) == 0
+    first = capsys.readouterr()
+    job_id = int(first.out)
+    snap = queue.get(job_id)
+    assert (snap.visible_at - snap.created_at).total_seconds() == pytest.approx(60)
+    assert snap.dedupe_key == "r-1" and snap.payload == {}
+
+    assert main(args) == 0  # the same work again: R02, the same id
+    again = capsys.readouterr()
+    assert int(again.out) == job_id and "already had dedupe key" in again.err
+
+    assert main([*args, "--payload", '{"other": 1}']) == 1  # R27
+    conflict = capsys.readouterr()
+    assert f"job {job_id}" in conflict.err and "another payload" in conflict.err
+    assert conflict.out == ""
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["--payload", "{not json"], "--payload is not JSON"),
+        (["--payload", "[1, 2]"], "JSON object"),
+        (["--delay", "-5"], "delay"),
+        (["--max-attempts", "0"], "max_attempts"),
+        (["--priority", "high"], "invalid int"),
+    ],
+)
+def test_enqueue_bad_input_exits_2_and_writes_nothing(capsys, dsn, rows, extra, says):
+    assert main(["enqueue", "k", "--dsn", dsn, *extra]) == 2
+    assert says in capsys.readouterr().err
+    assert rows() == {}
+
+
+def test_enqueue_without_a_database_exits_2(capsys):
+    assert main(["enqueue", "k"]) == 2
+    assert "QUEUECORE_DSN" in capsys.readouterr().err
+
+
+def test_cancel_cancels_live_jobs_and_says_why_not_for_the_others(capsys, queue, dsn):
+    queued = queue.enqueue("k", {}).id
+    running = queue.enqueue("k", {}).id
+    done = queue.enqueue("k", {}).id
+    queue.cancel(queued)  # cancelled below a second time: refused
+    fresh = queue.enqueue("k", {}).id
+    first, second = queue.claim("w", limit=2)
+    assert (first.id, second.id) == (running, done)
+    queue.complete(second)
+
+    assert main(["cancel", "--dsn", dsn, str(fresh), str(running)]) == 0
+    out = capsys.readouterr().out
+    assert f"cancelled job {fresh}" in out and f"cancelled job {running}" in out
+    assert queue.get(running).state == "cancelled"
+
+    assert main(["cancel", "--dsn", dsn, str(done), str(queued), "424242"]) == 1
+    err = capsys.readouterr().err
+    assert f"job {done} not cancelled: it is done already" in err
+    assert f"job {queued} not cancelled: it is cancelled already" in err
+    assert "job 424242 not cancelled: no such job" in err
+    assert queue.get(done).state == "done"
+
+
+def test_cancel_of_an_id_that_is_not_an_integer_exits_2(capsys, queue, dsn, rows):
+    queue.enqueue("k", {})
+    before = rows()
+    assert main(["cancel", "--dsn", dsn, "seven"]) == 2
+    assert "invalid int value: 'seven'" in capsys.readouterr().err
+    assert main(["cancel", "--dsn", dsn]) == 2  # no id at all
+    assert rows() == before
+
+
+def test_enqueue_through_the_entry_point(queue, dsn):
+    done = run_queuecore("enqueue", "quick", "--dsn", dsn, "--payload", '{"n": 1}')
+    assert done.returncode == 0, done.stderr
+    assert queue.get(int(done.stdout)).payload == {"n": 1}
