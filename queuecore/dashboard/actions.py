@@ -14,6 +14,8 @@ from queuecore import validate
 from queuecore.dashboard.queries import NOW
 from queuecore.schema import QUEUED, jobs
 
+PURGEABLE = ("done", "dead", "cancelled")
+
 #: The parsed form of an action: names as in the HTML form, values already validated.
 Fields = Mapping[str, Any]
 
@@ -43,6 +45,12 @@ def _retry_now(queue: Any, fields: Fields) -> str:
     return f"job {fields['id']} is ready now" if changed else f"job {fields['id']} was not waiting"
 
 
+def _cancel(queue: Any, fields: Fields) -> str:
+    if queue.cancel(fields["id"]):
+        return f"job {fields['id']} is cancelled"
+    return f"job {fields['id']} was not queued or running: left as it was"
+
+
 def _purge(queue: Any, fields: Fields) -> str:
     purged = queue.purge(older_than=fields["older_than"], states=fields["states"])
     return f"purged {purged} finished job(s)"
@@ -62,9 +70,9 @@ def _job(form: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _purge_fields(form: Mapping[str, Any]) -> dict[str, Any]:
-    states = [s for s in form.get("states", []) if s in ("done", "dead")]
+    states = [s for s in form.get("states", []) if s in PURGEABLE]
     if not states:
-        raise ValueError("pick the finished states to purge: done, dead or both")
+        raise ValueError(f"pick the finished states to purge: {', '.join(PURGEABLE)}")
     older_than = validate.non_negative_seconds("older_than", float(_one(form, "older_than")))
     return {"states": states, "older_than": older_than}
 
@@ -111,6 +119,16 @@ ACTIONS = {
             lambda f: f"Make queued job {f['id']} ready now instead of after its wait?",
             _retry_now,
         ),
+        Action(
+            "cancel",
+            "Cancel",
+            _job,
+            lambda f: (
+                f"Cancel job {f['id']}? If it is running, its worker's report will be "
+                "refused and its handler told that the job is lost."
+            ),
+            _cancel,
+        ),
         Action("purge", "Purge", _purge_fields, _purge_question, _purge),
     )
 }
@@ -120,6 +138,8 @@ def job_actions(state: str, waiting: bool) -> list[str]:
     """The actions a job page offers for a job in `state` (`waiting`: queued, not ready yet)."""
     if state == "dead":
         return ["requeue"]
-    if state == "queued" and waiting:
-        return ["retry"]
+    if state == "queued":
+        return ["retry", "cancel"] if waiting else ["cancel"]
+    if state == "running":
+        return ["cancel"]
     return []

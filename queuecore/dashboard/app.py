@@ -95,6 +95,7 @@ class Dashboard:
             csrf_field=CSRF_FIELD,
             csrf_token=csrf_token(request),
             flash=request.session.pop("flash", None),
+            finished_states=queries.FINISHED_STATES,
             path=request.url.path + (f"?{request.url.query}" if request.url.query else ""),
         )
         return self.templates.TemplateResponse(request, name, context, status_code=status)
@@ -107,7 +108,15 @@ class Dashboard:
         chart = bars(overview.per_minute["done"], overview.per_minute["dead"])
         totals = queries.QueueFigures("(all)")
         for figures in overview.queues:
-            for field in ("queued", "running", "ready", "dead", "done_last_hour", "dead_last_hour"):
+            for field in (
+                "queued",
+                "running",
+                "ready",
+                "dead",
+                "cancelled",
+                "done_last_hour",
+                "dead_last_hour",
+            ):
                 setattr(totals, field, getattr(totals, field) + getattr(figures, field))
             totals.oldest_ready_age = max(totals.oldest_ready_age, figures.oldest_ready_age)
         return {"overview": overview, "chart": chart, "totals": totals}

@@ -19,11 +19,13 @@ from typing import Any
 from sqlalchemy import Connection, Double, Integer, Select, bindparam, cast, func, select, tuple_
 from sqlalchemy.sql.elements import ColumnElement
 
-from queuecore.schema import IS_DEAD, IS_DONE, LIVE, QUEUED, RUNNING, jobs
+from queuecore.schema import IS_CANCELLED, IS_DEAD, IS_DONE, LIVE, QUEUED, RUNNING, jobs
 
 NOW = bindparam("now", type_=Double)
 #: The job list's tabs, each read through its own partial index.
-LISTS = ("live", "queued", "running", "done", "dead")
+LISTS = ("live", "queued", "running", "done", "dead", "cancelled")
+#: The finished tabs and the partial index each reads.
+FINISHED_STATES = {"done": IS_DONE, "dead": IS_DEAD, "cancelled": IS_CANCELLED}
 LIST_COLUMNS = (
     jobs.c.id,
     jobs.c.kind,
@@ -67,9 +69,9 @@ def job_list(filters: ListFilter, limit: int) -> Select:
     """One page of a tab, newest first. Live rows are keyed by id alone (the cursor's
     first element is unused); finished rows by (finished_at, id), the order their
     partial index keeps, so a page deep in the history costs what the first one does."""
-    if filters.state in ("done", "dead"):
+    if filters.state in FINISHED_STATES:
         key: Sequence[ColumnElement[Any]] = (jobs.c.finished_at, jobs.c.id)
-        where = IS_DONE if filters.state == "done" else IS_DEAD
+        where = FINISHED_STATES[filters.state]
     else:
         key = (jobs.c.id,)
         # LIVE itself is always a term, even for one state: SQLite only uses the partial
@@ -135,14 +137,17 @@ def live_counts() -> Select:
     )
 
 
-def dead_counts() -> Select:
-    """Dead jobs per queue and kind, from the dead partial index. Done jobs are not
-    counted: that would read every finished row; the last hour's are (`finished`)."""
+def counts(in_state: ColumnElement[bool]) -> Select:
+    """Dead (or cancelled) jobs per queue and kind, from that state's partial index. Done
+    jobs are not counted: that would read every finished row; the last hour's are."""
     return (
         select(jobs.c.queue, jobs.c.kind, func.count().label("jobs"))
-        .where(IS_DEAD)
+        .where(in_state)
         .group_by(jobs.c.queue, jobs.c.kind)
     )
+
+
+COUNTED = {"dead": counts(IS_DEAD), "cancelled": counts(IS_CANCELLED)}
 
 
 def finished(in_state: ColumnElement[bool]) -> Select:
@@ -169,6 +174,7 @@ class QueueFigures:
     running: int = 0
     ready: int = 0
     dead: int = 0
+    cancelled: int = 0
     oldest_ready_age: float = 0.0
     done_last_hour: int = 0
     dead_last_hour: int = 0
@@ -202,9 +208,11 @@ def read_overview(conn: Connection, now: float) -> Overview:
             age = max(0.0, float(row.oldest_ready_age))
             entry.oldest_ready_age = max(entry.oldest_ready_age, age)
             oldest_by_kind[(row.queue, row.kind)] = age
-    for row in conn.execute(dead_counts()):
-        queue(row.queue).dead += row.jobs
-        by_kind[(row.queue, row.kind, "dead")] = row.jobs
+    for state, stmt in COUNTED.items():
+        for row in conn.execute(stmt):
+            entry = queue(row.queue)
+            setattr(entry, state, getattr(entry, state) + row.jobs)
+            by_kind[(row.queue, row.kind, state)] = row.jobs
     buckets = WINDOW_SECONDS // BUCKET_SECONDS
     per_minute = {state: [0] * buckets for state in FINISHED}
     for state, stmt in FINISHED.items():

@@ -55,7 +55,7 @@ def known_jobs(make_queue: Any) -> dict[str, Any]:
     hostile = queue.enqueue("render", {"html": HOSTILE}, queue="reports", dedupe_key="r-1").id
     claimed = queue.claim("browser-test", limit=5, queues=["mail"])
     assert [job.id for job in claimed] == ready[:5]
-    queue.complete(claimed[0])
+    queue.complete(claimed[0], result={"receipt": "<b>m-1</b>"})
     queue.complete(claimed[1])
     trace = 'ValueError: no such mailbox\n  File "mail.py", line 12, in send\n    raise ValueError'
     queue.fail(claimed[2], trace)
@@ -122,6 +122,7 @@ def test_pages_show_a_known_set_of_jobs(browser, dsn, known_jobs, tmp_path, shot
             "running": "1",
             "oldest": cells(browser, "mail")["oldest"],
             "dead": "2",
+            "cancelled": "0",
             "done_last_hour": "2",
             "dead_last_hour": "2",
         }
@@ -149,6 +150,12 @@ def test_pages_show_a_known_set_of_jobs(browser, dsn, known_jobs, tmp_path, shot
         assert HOSTILE in payload.text  # shown as text...
         assert not payload.find_elements(By.CSS_SELECTOR, "script, img")  # ...not as markup
         assert browser.execute_script("return window.__queuecore_pwned") is None
+
+        browser.get(f"{base}/jobs/{known_jobs['done'][0]}")  # a result, escaped too
+        result = browser.find_element(By.ID, "result")
+        assert '"receipt": "<b>m-1</b>"' in result.text and not result.find_elements(
+            By.TAG_NAME, "b"
+        )
 
         browser.get(f"{base}/jobs/{known_jobs['dead'][0]}")
         facts = {
@@ -189,6 +196,14 @@ def test_requeue_retry_now_and_purge_act_on_the_database(
         state, _, visible_at = state_of(db, known_jobs["delayed"])
         assert state == "queued" and visible_at <= known_jobs["queue"].now()
 
+        cancelled = known_jobs["ready"][0]
+        browser.get(f"{base}/jobs/{cancelled}")
+        click(browser, "action-cancel")
+        confirm(browser, rf"Cancel job {cancelled}\?")
+        assert browser.find_element(By.ID, "flash").text == f"job {cancelled} is cancelled"
+        assert state_of(db, cancelled)[0] == "cancelled"
+        assert not browser.find_elements(By.ID, "action-cancel")  # nothing left to cancel
+
         browser.get(base + "/dead")
         browser.find_element(By.CSS_SELECTOR, '#purge-form input[name="older_than"]').clear()
         browser.find_element(By.CSS_SELECTOR, '#purge-form input[name="older_than"]').send_keys("0")
@@ -199,7 +214,8 @@ def test_requeue_retry_now_and_purge_act_on_the_database(
         states = dict(
             conn.execute(sa.select(jobs.c.state, sa.func.count()).group_by(jobs.c.state)).all()
         )
-    assert states == {"queued": 6, "running": 1, "dead": 1}  # 5 + the requeued one
+    # 5 queued, plus the requeued one, less the cancelled one.
+    assert states == {"queued": 5, "running": 1, "dead": 1, "cancelled": 1}
 
 
 def test_a_post_without_the_csrf_token_is_refused(browser, dsn, db, known_jobs, tmp_path):

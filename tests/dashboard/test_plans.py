@@ -13,6 +13,7 @@ from tests.conformance.test_plans import DEAD, LEASES, PRIMARY_KEY, READY, crowd
 __all__ = ["crowded"]  # the fixture, found by its name
 
 DONE = "ix_queuecore_jobs_done"
+CANCELLED = "ix_queuecore_jobs_cancelled"
 # Running jobs may also be read through the leases index: it holds running rows only.
 EXPECTED = {
     "live": READY,
@@ -20,6 +21,7 @@ EXPECTED = {
     "running": READY | {LEASES},
     "done": {DONE},
     "dead": {DEAD},
+    "cancelled": {CANCELLED},
 }
 
 
@@ -40,11 +42,13 @@ def test_every_job_list_reads_its_partial_index(crowded, db):
 def test_overview_reads_live_done_and_dead_indexes_only(crowded, db, clock):
     with db.connect() as conn:
         live = explain(conn, queries.live_counts(), {"now": clock.now})
-        dead = explain(conn, queries.dead_counts(), {})
+        dead = explain(conn, queries.COUNTED["dead"], {})
+        cancelled = explain(conn, queries.COUNTED["cancelled"], {})
         done_hour = explain(conn, queries.FINISHED["done"], {"now": clock.now})
         dead_hour = explain(conn, queries.FINISHED["dead"], {"now": clock.now})
     assert live.indexes and live.indexes <= READY and not live.full_scan, live
     assert dead.indexes == {DEAD} and not dead.full_scan, dead
+    assert cancelled.indexes == {CANCELLED} and not cancelled.full_scan, cancelled
     assert done_hour.indexes == {DONE} and not done_hour.full_scan, done_hour
     assert dead_hour.indexes == {DEAD} and not dead_hour.full_scan, dead_hour
 
