@@ -44,6 +44,7 @@ from queuecore.protocol import Listener, Queue
 from queuecore.reconnect import connection_lost
 from queuecore.schedules import scheduler_threads
 from queuecore.sqlqueue import ERROR_TEXT_LIMIT
+from queuecore.tracing import handler_span
 
 log = logging.getLogger("queuecore.worker")
 
@@ -352,7 +353,8 @@ class Worker:
         self.observer.handler_started(job)
         limit = getattr(self.queue, "max_result_bytes", DEFAULT_MAX_RESULT_BYTES)
         try:
-            done = run_handler(handler, lease, max_result_bytes=limit)
+            with handler_span(job):  # OpenTelemetry, when the application traces
+                done = run_handler(handler, lease, max_result_bytes=limit)
         except Exception as exc:
             self.observer.handler_ended(job, time.monotonic() - started)
             self._fail(lease, exc, started)

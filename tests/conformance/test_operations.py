@@ -162,6 +162,7 @@ def test_r18_get_returns_a_snapshot_or_none(queue, clock):
         "created_at": snap.created_at,
         "visible_at": snap.visible_at,
         "finished_at": None,
+        "result": None,
     }
     assert (epoch(snap.created_at), epoch(snap.visible_at)) == (clock.now, clock.now + 1)
     clock.advance(1)
