@@ -18,8 +18,11 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from queuecore.schema import jobs
-from tests.traces.traced_jobs import OUT_VARIABLE
 from tests.worker.processes import REPO, queuecore_env, run_queuecore
+
+#: Where the worker's registry (tests/traces/traced_jobs.py) writes its spans. That module
+#: is never imported here: it sets up a provider of its own for the worker's process.
+OUT_VARIABLE = "QUEUECORE_TRACES_TEST_OUT"
 
 
 @pytest.fixture(scope="module")
