@@ -85,6 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="longest wait of a completion for its batch, ms (50); 0 or --ack-batch 1: none",
     )
     worker.add_argument("--name", help="worker name in the jobs table (default host-pid)")
+    worker.add_argument(
+        "--metrics-port", type=int, metavar="P", help="serve Prometheus /metrics (default: off)"
+    )
+    worker.add_argument("--metrics-host", default="127.0.0.1", help="for --metrics-port")
     worker.add_argument("--log-level", default="INFO", type=str.upper)
 
     schedules = command("schedules", _schedules, help="a registry's periodic jobs and next runs")
@@ -127,6 +131,16 @@ def build_parser() -> argparse.ArgumentParser:
     from queuecore import cli_jobs
 
     cli_jobs.add_commands(command, _dsn)
+
+    from queuecore.dashboard import command as dashboard  # needs only argparse to load
+
+    dashboard.add_arguments(command("dashboard", dashboard.main, help="a web UI over the queue"))
+
+    from queuecore import exporter
+
+    exporter.add_arguments(
+        command("metrics", exporter.main, help="serve queue gauges to Prometheus")
+    )
     return parser
 
 
@@ -201,6 +215,7 @@ def _worker(args: argparse.Namespace) -> int:
         backoff_cap=args.backoff_cap,
         pool_size=args.concurrency + 3,  # slots, claimer, heartbeat, ack window: see Worker
     )
+    observer = _worker_metrics(args)
     try:
         Worker(
             queue,
@@ -214,10 +229,23 @@ def _worker(args: argparse.Namespace) -> int:
             exit_when_idle=args.exit_when_idle,
             ack_batch=args.ack_batch,
             ack_seconds=args.ack_ms / 1000,
+            observer=observer,
         ).run()
     finally:
         queue.close()
     return 0
+
+
+def _worker_metrics(args: argparse.Namespace) -> Any:
+    from queuecore.observer import NO_OBSERVER
+
+    if args.metrics_port is None:
+        return NO_OBSERVER
+    from queuecore.exporter import metrics_extra
+
+    observer = metrics_extra().PrometheusObserver(slots=args.concurrency)
+    observer.serve(args.metrics_port, args.metrics_host)
+    return observer
 
 
 def _schedules(args: argparse.Namespace) -> int:

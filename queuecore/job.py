@@ -34,6 +34,8 @@ class Job:
     max_attempts: int
     lease_token: str
     lease_expires_at: datetime
+    #: The enqueuing caller's trace context (`queuecore.tracing`), None when untraced.
+    trace_context: str | None = None
 
 
 class Completions(list[bool]):

@@ -23,7 +23,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.elements import ColumnElement
 
-from queuecore import statements, validate
+from queuecore import statements, tracing, validate
 from queuecore.backoff import Backoff
 from queuecore.compiled import Compiled
 from queuecore.errors import DedupeConflict
@@ -47,7 +47,9 @@ Outcome = tuple[int, list[tuple[Any, ...]], tuple[Any, ...]]
 DriverStep = tuple[str, Any]
 
 # Where the columns of `statements.JOB_COLUMNS` (then `ready_at`) sit in a claim's rows.
-ID, KIND, PAYLOAD, QUEUE, PRIORITY, ATTEMPTS, MAX_ATTEMPTS, VISIBLE_AT, READY_AT = range(9)
+ID, KIND, PAYLOAD, QUEUE, PRIORITY, ATTEMPTS, MAX_ATTEMPTS, VISIBLE_AT, TRACE_CONTEXT, READY_AT = (
+    range(10)
+)
 
 
 class ClaimPlan(NamedTuple):
@@ -330,6 +332,7 @@ class SQLQueue:
             "max_attempts": self.max_attempts
             if max_attempts is None
             else validate.at_least("max_attempts", max_attempts, 1, validate.INT32[1]),
+            "trace_context": tracing.current_context(),  # None unless the caller traces
         }
 
     @reconnecting(after_commit=lambda kwargs: kwargs.get("dedupe_key") is not None)
@@ -449,6 +452,7 @@ class SQLQueue:
                 max_attempts=r[MAX_ATTEMPTS],
                 lease_token=params["token"],
                 lease_expires_at=to_datetime(r[VISIBLE_AT]),
+                trace_context=r[TRACE_CONTEXT],
             )
             for r in rows
         ]

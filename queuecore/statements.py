@@ -50,6 +50,7 @@ JOB_COLUMNS = (
     jobs.c.attempts,
     jobs.c.max_attempts,
     jobs.c.visible_at,
+    jobs.c.trace_context,
 )
 
 

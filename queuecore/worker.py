@@ -39,10 +39,12 @@ from queuecore.handling import (
     run_handler,
 )
 from queuecore.job import Completions, Job
+from queuecore.observer import NO_OBSERVER, WorkerObserver
 from queuecore.protocol import Listener, Queue
 from queuecore.reconnect import connection_lost
 from queuecore.schedules import scheduler_threads
 from queuecore.sqlqueue import ERROR_TEXT_LIMIT
+from queuecore.tracing import handler_span
 
 log = logging.getLogger("queuecore.worker")
 
@@ -87,6 +89,7 @@ class Worker:
         exit_when_idle: float | None = None,
         ack_batch: int = 100,
         ack_seconds: float = 0.05,
+        observer: WorkerObserver = NO_OBSERVER,
     ) -> None:
         if not isinstance(handlers, Mapping):
             raise TypeError(f"handlers must be a mapping of kind -> handler, got {handlers!r}")
@@ -115,6 +118,7 @@ class Worker:
         self.ack_seconds = validate.non_negative_seconds("ack_seconds", ack_seconds)
         #: True while PostgreSQL notifications wake this worker; polling is then only a fallback.
         self.listening = False
+        self.observer = observer  # told what the worker does, e.g. for metrics
 
         self._lock = threading.Lock()
         self._leases: dict[int, Lease] = {}  # every job held: waiting, running or acking
@@ -274,9 +278,12 @@ class Worker:
             except Exception as exc:
                 if not connection_lost(exc):  # an outage the queue has logged already
                     log.warning("claim failed (%s); trying again in %.1fs", describe(exc), pause)
+                else:
+                    self.observer.unreachable()
                 self._stopping.wait(pause)
                 pause = min(pause * 2, self.poll_interval)
                 continue
+            self.observer.claimed(len(jobs))
             if jobs:
                 self._hand_out(jobs)
                 pause, idle_since = FIRST_IDLE_PAUSE, None
@@ -343,12 +350,16 @@ class Worker:
                 started,
             )
             return False
+        self.observer.handler_started(job)
         limit = getattr(self.queue, "max_result_bytes", DEFAULT_MAX_RESULT_BYTES)
         try:
-            done = run_handler(handler, lease, max_result_bytes=limit)
+            with handler_span(job):  # OpenTelemetry, when the application traces
+                done = run_handler(handler, lease, max_result_bytes=limit)
         except Exception as exc:
+            self.observer.handler_ended(job, time.monotonic() - started)
             self._fail(lease, exc, started)
             return False
+        self.observer.handler_ended(job, time.monotonic() - started)
         return self._complete(lease, done, started)
 
     def _complete(self, lease: Lease, done: Done, started: float) -> bool:
@@ -381,6 +392,7 @@ class Worker:
         """Report what one flush of the ack window did, one log line per job, as one by
         one: an effect that raised fails only its own job; a batch that never committed
         leaves every job to its lease (it runs again), never reported done."""
+        self.observer.acks_flushed(len(batch), committed=not isinstance(outcome, Exception))
         for index, ack in enumerate(batch):
             try:
                 if isinstance(outcome, Exception):
@@ -398,6 +410,7 @@ class Worker:
                 self._let_go(ack.lease, acked=True)
 
     def _log_completion(self, lease: Lease, done: bool, started: float) -> None:
+        self.observer.finished(lease.job, "done" if done else "lease_lost")
         if done:
             log.info("%s done in %.3fs", label(lease), time.monotonic() - started)
         else:
@@ -424,6 +437,7 @@ class Worker:
             )
             return
         elapsed = time.monotonic() - started
+        self.observer.finished(lease.job, FAILED_OUTCOMES[outcome])
         if outcome is None:
             log.warning("%s failed after its lease was lost: %s", label(lease), first_line(text))
         else:
@@ -476,7 +490,10 @@ class Worker:
                         break
                     log.warning("heartbeat of %s failed (%s)", label(lease), describe(exc))
                     continue
+                if held:
+                    self.observer.heartbeat(held=True)
                 if not held and not lease.reporting:
+                    self.observer.heartbeat(held=False)
                     lease.lost.set()
                     log.warning(
                         "%s lost its lease (it ran out and another claim took the job, "
@@ -530,6 +547,7 @@ class Worker:
 
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
+FAILED_OUTCOMES = {"queued": "retried", "dead": "dead", None: "lease_lost"}
 
 
 def label(lease: Lease) -> str:

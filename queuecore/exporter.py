@@ -1,0 +1,53 @@
+"""`queuecore metrics`: the queue-level Prometheus gauges, read from the database by one
+process (not by every worker) at each scrape. Needs the `metrics` extra."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dsn",
+        default=os.environ.get("QUEUECORE_DSN"),
+        help="database URL (default: $QUEUECORE_DSN)",
+    )
+    parser.add_argument("--port", type=int, default=9469, help="default 9469")
+    parser.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1")
+
+
+def metrics_extra() -> Any:
+    try:
+        from queuecore import metrics
+    except ImportError as exc:
+        raise ImportError(
+            f"metrics need their extra: pip install 'queuecore[metrics]' ({exc})"
+        ) from exc
+    return metrics
+
+
+def main(args: argparse.Namespace) -> int:
+    metrics = metrics_extra()
+    from prometheus_client import start_http_server
+
+    from queuecore.connect import connect
+
+    if not args.dsn:
+        raise ValueError("no database: pass --dsn DSN or set QUEUECORE_DSN")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    with connect(args.dsn) as queue:
+        server, thread = start_http_server(
+            args.port, addr=args.host, registry=metrics.queue_registry(queue)
+        )
+        print(f"queuecore metrics on http://{args.host}:{args.port}/metrics", file=sys.stderr)
+        stop.wait()
+        server.shutdown()
+        thread.join(timeout=5)
+    return 0
