@@ -22,10 +22,9 @@ NOTIFY = select(func.pg_notify(CHANNEL, bindparam("payload")))
 
 class PostgresQueue(SQLQueue):
     """One round trip per claim and per complete: each is a single statement run in
-    autocommit (the retire step of R08 rides in the claim as a data-modifying CTE)."""
+    autocommit (R08's dead state is written by the claim that meets the row)."""
 
     _insert = staticmethod(postgresql.insert)
-    fuses_retire = True
     returns_from_columns = True
 
     def __init__(self, bind: str | URL | Engine, *, notify: bool = True, **options: Any) -> None:

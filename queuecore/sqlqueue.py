@@ -43,8 +43,8 @@ Outcome = tuple[int, list[tuple[Any, ...]], tuple[Any, ...]]
 #: The driver's form of a step: SQL text and laid-out parameters.
 DriverStep = tuple[str, Any]
 
-# Where the columns of `statements.JOB_COLUMNS` (then `ready_at`) sit in a claim's rows.
-ID, KIND, PAYLOAD, QUEUE, PRIORITY, ATTEMPTS, MAX_ATTEMPTS, VISIBLE_AT, READY_AT = range(9)
+# Where the columns of `statements.JOB_COLUMNS` (then `state`, `ready_at`) sit in a claim's rows.
+ID, KIND, PAYLOAD, QUEUE, PRIORITY, ATTEMPTS, MAX_ATTEMPTS, VISIBLE_AT, STATE, READY_AT = range(10)
 
 
 class ClaimPlan(NamedTuple):
@@ -60,8 +60,6 @@ class SQLQueue:
 
     #: Run migrations at connect when the schema is missing (the embedded default).
     migrates_on_connect: ClassVar[bool] = False
-    #: The R08 retire step can ride in the claim statement (a data-modifying CTE).
-    fuses_retire: ClassVar[bool] = False
     #: RETURNING may name a column of another FROM item (the claim's `ready_at`).
     returns_from_columns: ClassVar[bool] = False
 
@@ -143,9 +141,10 @@ class SQLQueue:
         self._stmt_requeue_ids = s.requeue_dead(now, by_id=True)
         self._stmt_live_counts = s.live_counts(now)
         self._stmt_dead_counts = s.dead_counts()
-        self._stmt_get = s.get()
-        self._stmt_dead_all = s.dead_jobs(by_queue=False)
-        self._stmt_dead_in_queue = s.dead_jobs(by_queue=True)
+        self._stmt_get = s.get(now)
+        self._stmt_dead_all = s.dead_jobs(now, by_queue=False)
+        self._stmt_dead_in_queue = s.dead_jobs(now, by_queue=True)
+        self._stmt_retire = s.retire(now)
         self._plans: dict[tuple[bool, int | None], ClaimPlan] = {}
         self._hot_complete = self._compile(self._stmt_complete)
         self._hot_fail_retry = self._compile(s.fail_retry(now))
@@ -268,17 +267,12 @@ class SQLQueue:
         if plan is not None:
             return plan
         now = self._now
-        retire = statements.retire(now)
         claim = (
             statements.claim_one(now, queue_count)
             if one
             else statements.claim(now, queue_count, ready_at=self.returns_from_columns)
         )
         steps: list[ClauseElement] = []
-        if self.fuses_retire:
-            claim = claim.add_cte(retire.cte("retired"))
-        else:
-            steps.append(retire)
         order_step = not one and not self.returns_from_columns
         if order_step:
             steps.append(statements.claim_order(now, queue_count))
@@ -413,13 +407,23 @@ class SQLQueue:
             for i, name in enumerate(names):
                 params[f"queue_{i}"] = validate.queue_name(name)
         plan = self._claim_plan(limit == 1, queue_count)
-        outcomes = self._execute([(step, params) for step in plan.steps])
-        rows = outcomes[-1][1]
-        if plan.order_step:
-            rank = {row[0]: i for i, row in enumerate(outcomes[-2][1])}
-            rows.sort(key=lambda r: rank[r[ID]])
-        elif limit > 1:
-            rows.sort(key=lambda r: (r[PRIORITY], r[READY_AT], r[ID]))
+        handed: list[tuple[Any, ...]] = []
+        while True:
+            outcomes = self._execute([(step, params) for step in plan.steps])
+            rows = outcomes[-1][1]
+            if plan.order_step:
+                rank = {row[0]: i for i, row in enumerate(outcomes[-2][1])}
+                rows.sort(key=lambda r: rank[r[ID]])
+            elif limit > 1:
+                rows.sort(key=lambda r: (r[PRIORITY], r[READY_AT], r[ID]))
+            live = [r for r in rows if r[STATE] == "running"]
+            handed += live
+            # The claim wrote dead the rows it met whose lease had ended on their last
+            # attempt (R08) and dropped them: it looks again for the room they took, after
+            # them in claim order. Each pass writes at least one such row, so this ends.
+            if len(live) == len(rows) or len(handed) >= limit:
+                break
+            params["limit"] = limit - len(handed)
         return [
             Job(
                 id=r[ID],
@@ -432,7 +436,7 @@ class SQLQueue:
                 lease_token=params["token"],
                 lease_expires_at=to_datetime(r[VISIBLE_AT]),
             )
-            for r in rows
+            for r in handed
         ]
 
     def _fence(self, job: Job, **params: Any) -> dict[str, Any]:
@@ -543,6 +547,7 @@ class SQLQueue:
                 return []
             stmt, params = self._stmt_requeue_ids, self._params(ids=wanted)
         with self._write() as conn:
+            conn.execute(self._stmt_retire, self._params())  # R08's dead, written first
             return sorted(conn.execute(stmt, params).scalars())
 
     @reconnecting(after_commit=True)
@@ -558,7 +563,7 @@ class SQLQueue:
             if oldest is not None:
                 entry["oldest_ready_age_s"] = max(entry["oldest_ready_age_s"], float(oldest))
         for name, count in dead:
-            per_queue.setdefault(name, _empty_stats())["dead"] = count
+            per_queue.setdefault(name, _empty_stats())["dead"] += count
         if queue is not None:
             return per_queue.get(queue, _empty_stats())
         overall = _empty_stats()
@@ -584,6 +589,8 @@ class SQLQueue:
         for name in dict.fromkeys(names):
             while True:
                 with self._write() as conn:
+                    if name == "dead":  # R08's dead, written first
+                        conn.execute(self._stmt_retire, self._params())
                     deleted = conn.execute(
                         self._stmt_purge[name], self._params(older_than=older_than, batch=batch)
                     ).rowcount
@@ -605,13 +612,13 @@ class SQLQueue:
     @reconnecting(after_commit=True)
     def get(self, job_id: int) -> JobSnapshot | None:
         with self._read() as conn:
-            row = conn.execute(self._stmt_get, {"job_id": validate.job_id(job_id)}).first()
+            row = conn.execute(self._stmt_get, self._params(job_id=validate.job_id(job_id))).first()
         return None if row is None else _snapshot(row)
 
     @reconnecting(after_commit=True)
     def dead_jobs(self, queue: str | None = None, *, limit: int = 100) -> list[JobSnapshot]:
         """The newest dead jobs (all queues, or one), for a person deciding what to requeue."""
-        params: dict[str, Any] = {"limit": validate.at_least("limit", limit, 1)}
+        params = self._params(limit=validate.at_least("limit", limit, 1))
         stmt = self._stmt_dead_all
         if queue is not None:
             params["queue"], stmt = validate.queue_name(queue), self._stmt_dead_in_queue
