@@ -488,6 +488,8 @@ class SQLQueue:
                 try:
                     effect(conn)
                 except Exception as error:
+                    if conn.invalidated:  # the connection died under the effect: not its fault
+                        raise
                     savepoint.rollback()
                     results.errors[index] = error
                     results.append(False)
