@@ -10,6 +10,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import URL, Connection, Double, Engine, bindparam, func, make_url, select
 from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.elements import ColumnElement
 
 from queuecore import statements
@@ -67,6 +69,19 @@ class PostgresQueue(SQLQueue):
     def _build_statements(self, now: ColumnElement[float]) -> None:
         super()._build_statements(now)
         self._hot_complete_batch = self._compile(statements.complete_batch(now))
+        payloads = func.jsonb_array_elements(bindparam("payloads", type_=JSONB))
+        self._hot_enqueue_many = self._compile(
+            self._announcing(statements.enqueue_batch(now, payloads))
+        )
+
+    def _announcing(self, insert: Any) -> ClauseElement:
+        """One round trip: the INSERT as a data-modifying CTE, and its NOTIFY (sent once,
+        at commit) beside it in the same statement."""
+        if not self.notify:
+            return insert
+        written = insert.cte("written")
+        woken = select(func.pg_notify(CHANNEL, bindparam("queue")).label("woken")).cte("woken")
+        return select(written.c.id).select_from(written.join(woken, sa.true()))
 
     def _prepare_hot_connection(self, conn: Any) -> None:
         """Autocommit: a single statement is its own transaction, in one round trip."""

@@ -112,6 +112,10 @@ class SQLQueue:
         """The dialect's INSERT construct (the one with `on_conflict_do_nothing`)."""
         raise NotImplementedError
 
+    def _announcing(self, insert: Any) -> ClauseElement:
+        """The hot path's INSERT with `_announce` folded into it, where the database can."""
+        return insert
+
     def _announce(self, conn: Connection, queue: str) -> None:
         """Wake idle workers of `queue` when the enqueuing transaction commits (W6).
         Nothing to do where the database cannot notify: workers poll."""
@@ -157,6 +161,10 @@ class SQLQueue:
         self._stmt_enqueue_in = self._enqueue_statement(fresh)
         self._stmt_enqueue_at = self._enqueue_statement(at)
         self._stmt_enqueue_many = self._insert(jobs).values(**fresh)
+        self._hot_enqueue_in = self._compile(self._announcing(s.enqueue_one(fresh)))
+        self._hot_enqueue_at = self._compile(self._announcing(s.enqueue_one(at)))
+        #: enqueue_many in one statement, where the backend has one (see `_announcing`).
+        self._hot_enqueue_many: Compiled | None = None
         self._stmt_dedupe_lookup = select(jobs.c.id).where(
             jobs.c.dedupe_key == bindparam("dedupe_key")
         )
@@ -335,6 +343,10 @@ class SQLQueue:
             stmt = self._stmt_enqueue_in
         if conn is not None:
             return self._insert_deduplicated(conn, stmt, row)
+        if row["dedupe_key"] is None:  # the web request's path: one compiled statement
+            hot = self._hot_enqueue_in if run_at is None else self._hot_enqueue_at
+            [(_, rows, _)] = self._execute([(hot, self._params(**row))])
+            return EnqueueResult(id=rows[0][0], created=True)
         with self._write() as own:
             return self._insert_deduplicated(own, stmt, row)
 
@@ -370,6 +382,10 @@ class SQLQueue:
         if not rows:
             return []
         now = self._params()
+        if conn is None and self._hot_enqueue_many is not None:
+            batch = {**rows[0], **now, "payloads": [row["payload"] for row in rows]}
+            [(_, ids, _)] = self._execute([(self._hot_enqueue_many, batch)])
+            return sorted(row[0] for row in ids)  # ids grow in the payloads' order
         params = [{**row, **now, "delay": 0.0, "dedupe_key": None} for row in rows]
         stmt = self._stmt_enqueue_many.returning(jobs.c.id, sort_by_parameter_order=True)
         if conn is not None:

@@ -11,6 +11,7 @@ from sqlalchemy import (
     BigInteger,
     Delete,
     Double,
+    Insert,
     Select,
     Text,
     Update,
@@ -18,6 +19,7 @@ from sqlalchemy import (
     case,
     delete,
     func,
+    insert,
     literal,
     literal_column,
     null,
@@ -286,6 +288,38 @@ def purge_batch(now: Now, state: ColumnElement[str]) -> Delete:
         .limit(bindparam("batch"))
     )
     return delete(jobs).where(jobs.c.id.in_(oldest.scalar_subquery()))
+
+
+#: What `enqueue` writes from its caller's values (the times come from the queue's clock).
+ENQUEUED = ("kind", "queue", "payload", "priority", "state", "attempts", "max_attempts")
+
+
+def enqueue_one(times: dict[str, ColumnElement[float]]) -> Insert:
+    """One job without a dedupe key (nothing can conflict), as one fixed statement that
+    the hot path compiles once: every value a named parameter."""
+    values = {name: bindparam(name, type_=jobs.c[name].type) for name in ENQUEUED}
+    return insert(jobs).values(**values, **times).returning(jobs.c.id)
+
+
+def enqueue_batch(now: Now, payloads: ColumnElement[object]) -> Insert:
+    """Many jobs of one kind in one statement: `payloads` is a set-returning expression of
+    (value, ordinality), inserted in that order, so the ids grow in the payloads' order."""
+    elements = payloads.table_valued("value", with_ordinality="ordinality").render_derived(
+        name="given"
+    )
+    rows = select(
+        bindparam("kind", type_=jobs.c.kind.type),
+        bindparam("queue", type_=jobs.c.queue.type),
+        elements.c.value,
+        bindparam("priority", type_=jobs.c.priority.type),
+        QUEUED,
+        literal_column("0"),
+        bindparam("max_attempts", type_=jobs.c.max_attempts.type),
+        now,
+        now,
+    ).order_by(elements.c.ordinality)
+    columns = [*ENQUEUED, "visible_at", "created_at"]
+    return insert(jobs).from_select(columns, rows).returning(jobs.c.id)
 
 
 def get(now: Now) -> Select:
