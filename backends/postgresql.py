@@ -13,6 +13,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import URL, Connection, Double, Engine, bindparam, func, make_url, select
 from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.elements import ColumnElement
 
 from queuecore import statements
@@ -30,10 +32,9 @@ LISTEN_SLICE = 0.5  # how long the listener thread may take to see that its queu
 
 class PostgresQueue(SQLQueue):
     """One round trip per claim and per complete: each is a single statement run in
-    autocommit (the retire step of R08 rides in the claim as a data-modifying CTE)."""
+    autocommit (R08's dead state is written by the claim that meets the row)."""
 
     _insert = staticmethod(postgresql.insert)
-    fuses_retire = True
     returns_from_columns = True
     wait_pause_cap = 2.0  # the NOTIFY wakes a waiter; polling is only the fallback
 
@@ -95,6 +96,19 @@ class PostgresQueue(SQLQueue):
         super()._build_statements(now)
         self._stmt_mark_awaited = statements.mark_awaited()
         self._hot_complete_batch = self._compile(statements.complete_batch(now))
+        payloads = func.jsonb_array_elements(bindparam("payloads", type_=JSONB))
+        self._hot_enqueue_many = self._compile(
+            self._announcing(statements.enqueue_batch(now, payloads))
+        )
+
+    def _announcing(self, insert: Any) -> ClauseElement:
+        """One round trip: the INSERT as a data-modifying CTE, and its NOTIFY (sent once,
+        at commit) beside it in the same statement."""
+        if not self.notify:
+            return insert
+        written = insert.cte("written")
+        woken = select(func.pg_notify(CHANNEL, bindparam("queue")).label("woken")).cte("woken")
+        return select(written.c.id).select_from(written.join(woken, sa.true()))
 
     def _prepare_hot_connection(self, conn: Any) -> None:
         """Autocommit: a single statement is its own transaction, in one round trip."""

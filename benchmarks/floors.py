@@ -106,6 +106,42 @@ class SQLiteFloor:
         self.conn.close()
 
 
+class SQLiteOneStatementFloor(SQLiteFloor):
+    """R08 as amended: the dead state written lazily. A one-job claim is one autocommit
+    statement that takes the first live row whose time has come; a row met with its lease
+    over on its last attempt is written dead there (the CASEs) and not handed out, and the
+    claim looks again. Many-job claims are the parent's."""
+
+    lost = "state = 'running' AND attempts >= max_attempts"
+    claim_lazy = (
+        "UPDATE queuecore_jobs SET "
+        f"state = CASE WHEN {lost} THEN 'dead' ELSE 'running' END, "
+        f"attempts = CASE WHEN {lost} THEN attempts ELSE attempts + 1 END, "
+        f"finished_at = CASE WHEN {lost} THEN visible_at ELSE finished_at END, "
+        f"last_error = CASE WHEN {lost} THEN {LAST_ATTEMPT} ELSE last_error END, "
+        f"lease_token = CASE WHEN {lost} THEN NULL ELSE ?2 END, "
+        f"worker = CASE WHEN {lost} THEN worker ELSE ?3 END, "
+        f"visible_at = CASE WHEN {lost} THEN visible_at ELSE ?1 + ?4 END "
+        "WHERE id = (SELECT id FROM queuecore_jobs WHERE state IN ('queued', 'running') "
+        f"AND visible_at <= ?1 {ORDER} LIMIT 1) RETURNING {RETURNING}, state"
+    )
+
+    def claim(self, worker: str, limit: int) -> list[Claimed]:
+        if limit > 1:
+            return super().claim(worker, limit)
+        token = secrets.token_hex(16)
+        while True:
+            # Every row fetched: an UPDATE ... RETURNING not read to its end holds the lock.
+            rows = self.conn.execute(
+                self.claim_lazy, (time.time(), token, worker, self.lease_seconds)
+            ).fetchall()
+            if not rows:
+                return []
+            row = rows[0]
+            if row[-1] == "running":
+                return [(row[0], row[1], json.loads(row[2]), *row[3:-1], token)]
+
+
 class PostgresFloor:
     """Raw psycopg in autocommit: the claim is one statement (the retire step as a
     data-modifying CTE, the pick with FOR UPDATE SKIP LOCKED), a complete is another."""

@@ -21,9 +21,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks import databases, latency, throughput
+from benchmarks import databases, enqueue, latency, throughput, worker_e2e
+from benchmarks.checks import Check, check, exit_status, ratio
 from benchmarks.implementations import (
     FLOOR,
+    FLOOR_ONE_STATEMENT,
     HUEY,
     PGQUEUER,
     QUEUECORE,
@@ -50,6 +52,12 @@ class Plan:
     repeats: int = 3
     done_rows: int = 1_000_000
     latency_samples: int = 1000
+    #: The worker end-to-end family: jobs per drain, and how many worker processes.
+    e2e_jobs: int = 10_000
+    e2e_processes: tuple[int, ...] = (1, 2, 4)
+    #: The enqueue family: single enqueues timed, and the size of one enqueue_many.
+    enqueue_jobs: int = 2_000
+    enqueue_many_jobs: int = 10_000
 
 
 QUICK = Plan(
@@ -59,7 +67,12 @@ QUICK = Plan(
     repeats=1,
     done_rows=50_000,
     latency_samples=300,
+    e2e_jobs=2000,
+    e2e_processes=(1, 4),
+    enqueue_jobs=500,
 )
+
+FAMILIES = ("worker", "throughput", "enqueue", "latency")
 
 
 @dataclass
@@ -87,6 +100,8 @@ def installed(module: str) -> bool:
 
 def implementations(backend: str, limit: int) -> list[str]:
     chosen = [QUEUECORE, FLOOR]
+    if backend == "sqlite" and limit == 1:
+        chosen.append(FLOOR_ONE_STATEMENT)
     if limit > 1:
         chosen.append(QUEUECORE_BATCHED)
     peer = PEERS[backend]
@@ -189,10 +204,6 @@ def latency_target(
     return target
 
 
-def ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a is not None and b else None
-
-
 def fmt(value: float | None, spec: str = ",.0f") -> str:
     return "—" if value is None else format(value, spec)
 
@@ -201,6 +212,7 @@ def throughput_table(rows: list[Row]) -> list[str]:
     lines = [
         f"{'backend':<10} {'sync':<6} {'workers':>7} {'claim':>5} {'queuecore':>10} "
         f"{'floor':>9} {'peer':>18} {'qc/floor':>8} {'qc/peer':>8} {'RSS MB qc/floor/peer':>21}"
+        f" {'1-stmt floor':>12} {'qc/1-stmt':>9}"
     ]
     for row in rows:
         peer = PEERS[row.backend]
@@ -228,7 +240,9 @@ def throughput_table(rows: list[Row]) -> list[str]:
                 f"{row.limit:>5} {fmt(rate):>10} {fmt(row.median(FLOOR)):>9} "
                 f"{peer + ' ' + fmt(peer_rate):>18} "
                 f"{fmt(ratio(rate, row.median(FLOOR)), '.2f'):>8} "
-                f"{fmt(ratio(rate, peer_rate), '.2f'):>8} {rss:>21}{label}"
+                f"{fmt(ratio(rate, peer_rate), '.2f'):>8} {rss:>21}"
+                f" {fmt(row.median(FLOOR_ONE_STATEMENT)):>12}"
+                f" {fmt(ratio(rate, row.median(FLOOR_ONE_STATEMENT)), '.2f'):>9}{label}"
             )
     return lines
 
@@ -251,31 +265,35 @@ def latency_table(results: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def targets(rows: list[Row], lat: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The targets of the issue that asked for this benchmark, checked on this run."""
-    checks: list[dict[str, Any]] = []
-
-    def check(name: str, value: float | None, bound: float, *, at_most: bool = False) -> None:
-        held = value is not None and (value <= bound if at_most else value >= bound)
-        checks.append({"target": name, "value": value, "bound": bound, "held": held})
-
+def targets(rows: list[Row], lat: list[dict[str, Any]], checks: list[Check]) -> None:
+    """The targets of issues 4 and 12 for the library loop and latency, on this run."""
     for row in rows:
         where = f"{row.backend} {row.synchronous or ''} {row.workers}w x{row.limit}".replace(
             "  ", " "
         )
         check(
+            checks,
             f"{where}: queuecore >= 0.8x floor",
             ratio(row.median(QUEUECORE), row.median(FLOOR)),
             0.8,
         )
+        if row.limit == 1 and row.backend == "sqlite" and row.synchronous == "NORMAL":
+            check(
+                checks,
+                f"{where}: queuecore >= 1.0x huey dequeue loop",
+                ratio(row.median(QUEUECORE), row.median(HUEY)),
+                1.0,
+            )
         if row.limit > 1 and row.backend == "sqlite":
             check(
+                checks,
                 f"{where}: complete_many >= 1.0x floor",
                 ratio(row.median(QUEUECORE_BATCHED), row.median(FLOOR)),
                 1.0,
             )
         if row.limit > 1 and row.backend == "postgresql" and row.workers in (1, 4):
             check(
+                checks,
                 f"{where}: complete_many >= 1.5x pgqueuer",
                 ratio(row.median(QUEUECORE_BATCHED), row.median(PGQUEUER)),
                 1.5,
@@ -295,6 +313,7 @@ def targets(rows: list[Row], lat: list[dict[str, Any]]) -> list[dict[str, Any]]:
             )
             if single is not None:
                 check(
+                    checks,
                     f"sqlite {row.synchronous} x{row.limit}: 4 workers >= 0.8x 1 worker",
                     ratio(row.median(QUEUECORE), single.median(QUEUECORE)),
                     0.8,
@@ -303,6 +322,7 @@ def targets(rows: list[Row], lat: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for r in lat:
         if r["scenario"] == "done":
             check(
+                checks,
                 f"{r['backend']} latency with {r['rows']:,} done rows <= 2x floor",
                 ratio(r[QUEUECORE]["median_ms"], r[FLOOR]["median_ms"]),
                 2.0,
@@ -310,12 +330,12 @@ def targets(rows: list[Row], lat: list[dict[str, Any]]) -> list[dict[str, Any]]:
             )
         if r["scenario"] == "purged":
             check(
+                checks,
                 f"{r['backend']} latency after {r['rows']:,} purged <= 3x fresh",
                 ratio(r[QUEUECORE]["median_ms"], fresh.get(r["backend"])),
                 3.0,
                 at_most=True,
             )
-    return checks
 
 
 def machine(postgres: databases.PostgresDatabases | None) -> dict[str, Any]:
@@ -372,10 +392,18 @@ def _counts(text: str) -> tuple[int, ...]:
     return counts
 
 
-def main(argv: list[str] | None = None) -> int:
+def _families(text: str) -> tuple[str, ...]:
+    chosen = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [f for f in chosen if f not in FAMILIES]
+    if unknown or not chosen:
+        raise argparse.ArgumentTypeError(f"families are {', '.join(FAMILIES)}; got {text!r}")
+    return chosen
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=DESCRIPTION)
     parser.add_argument(
-        "--quick", action="store_true", help="a small run (~2 min) to check the harness"
+        "--quick", action="store_true", help="a small run (~3 min) to check the harness"
     )
     parser.add_argument("--json", type=Path, help="write every measurement here")
     parser.add_argument(
@@ -384,55 +412,118 @@ def main(argv: list[str] | None = None) -> int:
         help="a PostgreSQL server to create scratch databases on (default: a private one)",
     )
     parser.add_argument("--no-postgres", action="store_true", help="measure SQLite only")
-    parser.add_argument("--repeats", type=int, help="runs per throughput row (median is shown)")
-    parser.add_argument("--skip-latency", action="store_true", help="throughput rows only")
+    parser.add_argument("--repeats", type=int, help="runs per row (median is shown)")
+    parser.add_argument(
+        "--families",
+        type=_families,
+        default=FAMILIES,
+        help=f"which families to measure, comma-separated (default: {','.join(FAMILIES)})",
+    )
+    parser.add_argument("--skip-latency", action="store_true", help="leave the latency out")
     parser.add_argument(
         "--only", choices=("sqlite", "postgresql"), help="measure this backend's rows only"
     )
     parser.add_argument(
-        "--workers", type=_counts, help="throughput rows with these worker counts, e.g. 1,2,4"
+        "--workers",
+        type=_counts,
+        help="throughput rows with these worker counts, and worker rows with these many "
+        "processes, e.g. 1,2,4",
     )
     parser.add_argument(
         "--claims", type=_counts, help="throughput rows claiming these many jobs, e.g. 1"
     )
-    args = parser.parse_args(argv)
-    if args.only == "postgresql" and args.no_postgres:
-        parser.error("--only postgresql contradicts --no-postgres")
+    return parser
+
+
+def plan_of(args: argparse.Namespace) -> Plan:
+    """The plan the options ask for: the full or quick one, narrowed by the filters."""
     plan = QUICK if args.quick else Plan()
     narrowed: dict[str, Any] = {}
     if args.repeats:
         narrowed["repeats"] = args.repeats
     if args.workers:
         narrowed["workers"] = args.workers
+        narrowed["e2e_processes"] = args.workers
         narrowed["full_sync_workers"] = tuple(
             w for w in plan.full_sync_workers if w in args.workers
         )
     if args.claims:
         narrowed["limits"] = args.claims
-    plan = Plan(**{**asdict(plan), **narrowed})
+    return Plan(**{**asdict(plan), **narrowed})
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measures, prints the tables and the targets; exits 1 when a target was missed."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.only == "postgresql" and args.no_postgres:
+        parser.error("--only postgresql contradicts --no-postgres")
+    plan = plan_of(args)
+    families = [f for f in args.families if not (f == "latency" and args.skip_latency)]
     started = time.monotonic()
     if args.only == "sqlite":
         args.no_postgres = True
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="qcbench-") as scratch, postgres_server(args) as server:
         postgres = databases.PostgresDatabases(server) if server else None
         available = ["sqlite"] + (["postgresql"] if postgres else [])
         backends = [b for b in available if args.only in (None, b)]
+        dbs = throughput.Databases(Path(scratch), postgres)
         try:
             info = machine(postgres)
-            rows = run_throughput(plan, throughput.Databases(Path(scratch), postgres), backends)
-            lat = [] if args.skip_latency else run_latency(plan, Path(scratch), postgres, backends)
+            workers = (
+                worker_e2e.run(
+                    dbs, backends, plan.e2e_processes, plan.e2e_jobs, plan.repeats, installed, log
+                )
+                if "worker" in families
+                else []
+            )
+            rows = run_throughput(plan, dbs, backends) if "throughput" in families else []
+            enqueues = (
+                enqueue.run(
+                    dbs,
+                    backends,
+                    plan.enqueue_jobs,
+                    plan.enqueue_many_jobs,
+                    plan.repeats,
+                    installed,
+                    log,
+                )
+                if "enqueue" in families
+                else []
+            )
+            lat = (
+                run_latency(plan, Path(scratch), postgres, backends)
+                if "latency" in families
+                else []
+            )
         finally:
             if postgres is not None:
                 postgres.drop_all()
-    checks = targets(rows, lat)
+    info["load_average_before_after"] = [round(x, 2) for x in (*load_before, *os.getloadavg())]
+    checks: list[Check] = []
+    worker_e2e.targets(workers, checks)
+    targets(rows, lat, checks)
+    enqueue.targets(enqueues, checks)
     out = [
-        f"queuecore benchmark ({'quick' if args.quick else 'full'}, {plan.jobs:,} jobs per run, "
+        f"queuecore benchmark ({'quick' if args.quick else 'full'}, {', '.join(families)}; "
         f"median of {plan.repeats}), {time.monotonic() - started:.0f} s",
         "machine: " + ", ".join(f"{k}={v}" for k, v in info.items() if k != "packages"),
-        "",
-        *throughput_table(rows),
-        "",
-        *latency_table(lat),
+    ]
+    if workers:
+        out += [
+            "",
+            f"worker end to end: {plan.e2e_jobs:,} no-op jobs, default options, jobs/s from "
+            "the gate (all processes started) to an empty queue",
+            *worker_e2e.table(workers),
+        ]
+    if rows:
+        out += ["", f"library loop: {plan.jobs:,} jobs per run", *throughput_table(rows)]
+    if enqueues:
+        out += ["", "enqueue: jobs/s", *enqueue.table(enqueues)]
+    if lat:
+        out += ["", *latency_table(lat)]
+    out += [
         "",
         "targets:",
         *(
@@ -447,6 +538,15 @@ def main(argv: list[str] | None = None) -> int:
                 {
                     "plan": asdict(plan),
                     "machine": info,
+                    "worker": [
+                        {
+                            "backend": r.backend,
+                            "processes": r.processes,
+                            "runs": {i: [asdict(x) for x in runs] for i, runs in r.runs.items()},
+                            "median_jobs_per_s": {i: r.median(i) for i in r.runs},
+                        }
+                        for r in workers
+                    ],
                     "throughput": [
                         {
                             **{k: v for k, v in asdict(r).items() if k != "runs"},
@@ -455,10 +555,11 @@ def main(argv: list[str] | None = None) -> int:
                         }
                         for r in rows
                     ],
+                    "enqueue": [asdict(r) for r in enqueues],
                     "latency": lat,
                     "targets": checks,
                 },
                 indent=2,
             )
         )
-    return 0
+    return exit_status(checks)

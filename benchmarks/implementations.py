@@ -22,6 +22,8 @@ QUEUECORE_BATCHED = "queuecore complete_many"
 ACK_WINDOW_JOBS = 100
 ACK_WINDOW_S = 0.05
 FLOOR = "floor"
+#: SQLite's floor under the amended R08: a one-job claim is one statement (dead written lazily).
+FLOOR_ONE_STATEMENT = "floor, one statement"
 HUEY = "huey"
 PGQUEUER = "pgqueuer"
 
@@ -117,6 +119,17 @@ def _floor(target: Target, limit: int, name: str, barrier: Barrier) -> Drained:
         if target.backend == "sqlite"
         else PostgresFloor(target.libpq_dsn)
     )
+    return _drain_floor(floor, limit, name, barrier)
+
+
+def _floor_one_statement(target: Target, limit: int, name: str, barrier: Barrier) -> Drained:
+    from benchmarks.floors import SQLiteOneStatementFloor
+
+    floor = SQLiteOneStatementFloor(target.location, synchronous=target.synchronous)
+    return _drain_floor(floor, limit, name, barrier)
+
+
+def _drain_floor(floor: Any, limit: int, name: str, barrier: Barrier) -> Drained:
     barrier.wait()
     start = time.perf_counter()
     ran: list[int] = []
@@ -188,6 +201,7 @@ DRAINERS: dict[str, Callable[[Target, int, str, Barrier], Drained]] = {
     QUEUECORE: _queuecore,
     QUEUECORE_BATCHED: _queuecore_ack_window,
     FLOOR: _floor,
+    FLOOR_ONE_STATEMENT: _floor_one_statement,
     HUEY: _huey,
     PGQUEUER: _pgqueuer,
 }

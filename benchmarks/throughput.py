@@ -19,12 +19,15 @@ import sqlalchemy as sa
 from benchmarks import databases
 from benchmarks.implementations import (
     FLOOR,
+    FLOOR_ONE_STATEMENT,
     HUEY,
     PGQUEUER,
     Target,
     huey_app,
     worker,
 )
+
+FLOORS = (FLOOR, FLOOR_ONE_STATEMENT)
 
 #: Generous bounds so a stuck run fails instead of hanging the benchmark.
 START_TIMEOUT_S = 300
@@ -67,7 +70,7 @@ class Databases:
             if implementation == PGQUEUER:
                 asyncio.run(_pgqueuer_install(Target("postgresql", url).libpq_dsn))
             else:
-                revision = databases.FLOOR_REVISION if implementation == FLOOR else "head"
+                revision = databases.FLOOR_REVISION if implementation in FLOORS else "head"
                 databases.migrate(url, revision)
             self._pg[implementation] = url
         return self._pg[implementation]
@@ -83,7 +86,7 @@ class Databases:
                     noop(n)
                 huey.storage.close()
             else:
-                revision = databases.FLOOR_REVISION if implementation == FLOOR else "head"
+                revision = databases.FLOOR_REVISION if implementation in FLOORS else "head"
                 shutil.copyfile(self._sqlite_template(revision), path)
                 databases.seed(f"sqlite:///{path}", queued=jobs)
                 databases.use_wal(path)
@@ -132,7 +135,8 @@ async def _pgqueuer_seed(dsn: str, jobs: int) -> None:
         "AND tablename LIKE 'pgqueuer%'"
     )
     await conn.execute(f"TRUNCATE {', '.join(t['tablename'] for t in tables)} RESTART IDENTITY")
-    await Queries(AsyncpgDriver(conn)).enqueue(["noop"] * jobs, [None] * jobs, [0] * jobs)
+    if jobs:
+        await Queries(AsyncpgDriver(conn)).enqueue(["noop"] * jobs, [None] * jobs, [0] * jobs)
     await conn.close()
 
 

@@ -46,10 +46,20 @@ Outcome = tuple[int, list[tuple[Any, ...]], tuple[Any, ...]]
 #: The driver's form of a step: SQL text and laid-out parameters.
 DriverStep = tuple[str, Any]
 
-# Where the columns of `statements.JOB_COLUMNS` (then `ready_at`) sit in a claim's rows.
-ID, KIND, PAYLOAD, QUEUE, PRIORITY, ATTEMPTS, MAX_ATTEMPTS, VISIBLE_AT, TRACE_CONTEXT, READY_AT = (
-    range(10)
-)
+# Where the columns of `statements.JOB_COLUMNS` (then `state`, `ready_at`) sit in a claim's rows.
+(
+    ID,
+    KIND,
+    PAYLOAD,
+    QUEUE,
+    PRIORITY,
+    ATTEMPTS,
+    MAX_ATTEMPTS,
+    VISIBLE_AT,
+    TRACE_CONTEXT,
+    STATE,
+    READY_AT,
+) = range(11)
 
 
 class ClaimPlan(NamedTuple):
@@ -65,8 +75,6 @@ class SQLQueue:
 
     #: Run migrations at connect when the schema is missing (the embedded default).
     migrates_on_connect: ClassVar[bool] = False
-    #: The R08 retire step can ride in the claim statement (a data-modifying CTE).
-    fuses_retire: ClassVar[bool] = False
     #: RETURNING may name a column of another FROM item (the claim's `ready_at`).
     returns_from_columns: ClassVar[bool] = False
     #: The longest pause between two looks of `wait()`: short where polling is all
@@ -124,6 +132,10 @@ class SQLQueue:
         """The dialect's INSERT construct (the one with `on_conflict_do_nothing`)."""
         raise NotImplementedError
 
+    def _announcing(self, insert: Any) -> ClauseElement:
+        """The hot path's INSERT with `_announce` folded into it, where the database can."""
+        return insert
+
     def _announce(self, conn: Connection, queue: str) -> None:
         """Wake idle workers of `queue` when the enqueuing transaction commits (W6).
         Nothing to do where the database cannot notify: workers poll."""
@@ -158,9 +170,10 @@ class SQLQueue:
         self._stmt_requeue_ids = s.requeue_dead(now, by_id=True)
         self._stmt_live_counts = s.live_counts(now)
         self._stmt_dead_counts = s.dead_counts()
-        self._stmt_get = s.get()
-        self._stmt_dead_all = s.dead_jobs(by_queue=False)
-        self._stmt_dead_in_queue = s.dead_jobs(by_queue=True)
+        self._stmt_get = s.get(now)
+        self._stmt_dead_all = s.dead_jobs(now, by_queue=False)
+        self._stmt_dead_in_queue = s.dead_jobs(now, by_queue=True)
+        self._stmt_retire = s.retire(now)
         self._plans: dict[tuple[bool, int | None], ClaimPlan] = {}
         self._hot_complete = self._compile(self._stmt_complete)
         self._stmt_complete_result = s.complete_with_result(now)
@@ -177,6 +190,10 @@ class SQLQueue:
         self._stmt_enqueue_in = self._enqueue_statement(fresh)
         self._stmt_enqueue_at = self._enqueue_statement(at)
         self._stmt_enqueue_many = self._insert(jobs).values(**fresh)
+        self._hot_enqueue_in = self._compile(self._announcing(s.enqueue_one(fresh)))
+        self._hot_enqueue_at = self._compile(self._announcing(s.enqueue_one(at)))
+        #: enqueue_many in one statement, where the backend has one (see `_announcing`).
+        self._hot_enqueue_many: Compiled | None = None
         self._stmt_dedupe_lookup = select(jobs.c.id, jobs.c.kind, jobs.c.payload).where(
             jobs.c.dedupe_key == bindparam("dedupe_key")
         )
@@ -287,17 +304,12 @@ class SQLQueue:
         if plan is not None:
             return plan
         now = self._now
-        retire = statements.retire(now)
         claim = (
             statements.claim_one(now, queue_count)
             if one
             else statements.claim(now, queue_count, ready_at=self.returns_from_columns)
         )
         steps: list[ClauseElement] = []
-        if self.fuses_retire:
-            claim = claim.add_cte(retire.cte("retired"))
-        else:
-            steps.append(retire)
         order_step = not one and not self.returns_from_columns
         if order_step:
             steps.append(statements.claim_order(now, queue_count))
@@ -361,6 +373,10 @@ class SQLQueue:
             stmt = self._stmt_enqueue_in
         if conn is not None:
             return self._insert_deduplicated(conn, stmt, row)
+        if row["dedupe_key"] is None:  # the web request's path: one compiled statement
+            hot = self._hot_enqueue_in if run_at is None else self._hot_enqueue_at
+            [(_, rows, _)] = self._execute([(hot, self._params(**row))])
+            return EnqueueResult(id=rows[0][0], created=True)
         with self._write() as own:
             return self._insert_deduplicated(own, stmt, row)
 
@@ -397,6 +413,10 @@ class SQLQueue:
         if not rows:
             return []
         now = self._params()
+        if conn is None and self._hot_enqueue_many is not None:
+            batch = {**rows[0], **now, "payloads": [row["payload"] for row in rows]}
+            [(_, ids, _)] = self._execute([(self._hot_enqueue_many, batch)])
+            return sorted(row[0] for row in ids)  # ids grow in the payloads' order
         params = [{**row, **now, "delay": 0.0, "dedupe_key": None} for row in rows]
         stmt = self._stmt_enqueue_many.returning(jobs.c.id, sort_by_parameter_order=True)
         if conn is not None:
@@ -434,13 +454,23 @@ class SQLQueue:
             for i, name in enumerate(names):
                 params[f"queue_{i}"] = validate.queue_name(name)
         plan = self._claim_plan(limit == 1, queue_count)
-        outcomes = self._execute([(step, params) for step in plan.steps])
-        rows = outcomes[-1][1]
-        if plan.order_step:
-            rank = {row[0]: i for i, row in enumerate(outcomes[-2][1])}
-            rows.sort(key=lambda r: rank[r[ID]])
-        elif limit > 1:
-            rows.sort(key=lambda r: (r[PRIORITY], r[READY_AT], r[ID]))
+        handed: list[tuple[Any, ...]] = []
+        while True:
+            outcomes = self._execute([(step, params) for step in plan.steps])
+            rows = outcomes[-1][1]
+            if plan.order_step:
+                rank = {row[0]: i for i, row in enumerate(outcomes[-2][1])}
+                rows.sort(key=lambda r: rank[r[ID]])
+            elif limit > 1:
+                rows.sort(key=lambda r: (r[PRIORITY], r[READY_AT], r[ID]))
+            live = [r for r in rows if r[STATE] == "running"]
+            handed += live
+            # The claim wrote dead the rows it met whose lease had ended on their last
+            # attempt (R08) and dropped them: it looks again for the room they took, after
+            # them in claim order. Each pass writes at least one such row, so this ends.
+            if len(live) == len(rows) or len(handed) >= limit:
+                break
+            params["limit"] = limit - len(handed)
         return [
             Job(
                 id=r[ID],
@@ -454,7 +484,7 @@ class SQLQueue:
                 lease_expires_at=to_datetime(r[VISIBLE_AT]),
                 trace_context=r[TRACE_CONTEXT],
             )
-            for r in rows
+            for r in handed
         ]
 
     def _fence(self, job: Job, **params: Any) -> dict[str, Any]:
@@ -534,6 +564,8 @@ class SQLQueue:
                 try:
                     effect(conn)
                 except Exception as error:
+                    if conn.invalidated:  # the connection died under the effect: not its fault
+                        raise
                     savepoint.rollback()
                     outcome.errors[index] = error
                     outcome.append(False)
@@ -613,6 +645,7 @@ class SQLQueue:
                 return []
             stmt, params = self._stmt_requeue_ids, self._params(ids=wanted)
         with self._write() as conn:
+            conn.execute(self._stmt_retire, self._params())  # R08's dead, written first
             return sorted(conn.execute(stmt, params).scalars())
 
     @reconnecting(after_commit=True)
@@ -629,7 +662,7 @@ class SQLQueue:
             if oldest is not None:
                 entry["oldest_ready_age_s"] = max(entry["oldest_ready_age_s"], float(oldest))
         for name, count in dead:
-            per_queue.setdefault(name, _empty_stats())["dead"] = count
+            per_queue.setdefault(name, _empty_stats())["dead"] += count
         for name, count in cancelled:
             per_queue.setdefault(name, _empty_stats())["cancelled"] = count
         if queue is not None:
@@ -657,6 +690,8 @@ class SQLQueue:
         for name in dict.fromkeys(names):
             while True:
                 with self._write() as conn:
+                    if name == "dead":  # R08's dead, written first
+                        conn.execute(self._stmt_retire, self._params())
                     deleted = conn.execute(
                         self._stmt_purge[name], self._params(older_than=older_than, batch=batch)
                     ).rowcount
@@ -678,13 +713,13 @@ class SQLQueue:
     @reconnecting(after_commit=True)
     def get(self, job_id: int) -> JobSnapshot | None:
         with self._read() as conn:
-            row = conn.execute(self._stmt_get, {"job_id": validate.job_id(job_id)}).first()
+            row = conn.execute(self._stmt_get, self._params(job_id=validate.job_id(job_id))).first()
         return None if row is None else _snapshot(row)
 
     @reconnecting(after_commit=True)
     def dead_jobs(self, queue: str | None = None, *, limit: int = 100) -> list[JobSnapshot]:
         """The newest dead jobs (all queues, or one), for a person deciding what to requeue."""
-        params: dict[str, Any] = {"limit": validate.at_least("limit", limit, 1)}
+        params = self._params(limit=validate.at_least("limit", limit, 1))
         stmt = self._stmt_dead_all
         if queue is not None:
             params["queue"], stmt = validate.queue_name(queue), self._stmt_dead_in_queue

@@ -11,14 +11,20 @@ from sqlalchemy import (
     BigInteger,
     Delete,
     Double,
+    Insert,
     Select,
     Text,
     Update,
     bindparam,
+    case,
     delete,
     func,
+    insert,
+    literal,
     literal_column,
+    null,
     select,
+    union_all,
     update,
 )
 from sqlalchemy.sql.elements import ColumnElement
@@ -54,28 +60,58 @@ JOB_COLUMNS = (
 )
 
 
-def ready(now: Now) -> ColumnElement[bool]:
-    """May this job be claimed now? Out-of-attempts leases are excluded: R08 retires them."""
-    return LIVE & (jobs.c.visible_at <= now) & (jobs.c.attempts < jobs.c.max_attempts)
+# --- R08: a lease that ends on the last attempt --------------------------------------
+# Such a job is dead from the instant its lease ends. The row may still say `running`:
+# the dead state is written lazily, by the claim that meets the row or by `retire`.
+# Every read goes through what follows, so no caller can tell whether it was written.
+
+
+def lease_lost(now: Now) -> ColumnElement[bool]:
+    """The row says running, but its lease is over and no attempt is left: it is dead."""
+    return IS_RUNNING & (jobs.c.visible_at <= now) & (jobs.c.attempts >= jobs.c.max_attempts)
+
+
+def _dead_values() -> dict[str, ColumnElement[object]]:
+    """What R08's dead state is, column by column, computed from the row itself: its
+    finish is the end of its lease, whenever the state is written, so written and unwritten
+    look the same."""
+    return {
+        "state": DEAD,
+        "finished_at": jobs.c.visible_at,
+        "lease_token": null(),
+        "last_error": literal(LEASE_EXPIRED_ON_LAST_ATTEMPT),
+    }
+
+
+def seen(now: Now) -> list[ColumnElement[object]]:
+    """Every column of the jobs table as a read must report it (R08)."""
+    lost = lease_lost(now)
+    dead = _dead_values()
+    return [
+        case((lost, dead[c.name]), else_=c).label(c.name) if c.name in dead else c for c in jobs.c
+    ]
+
+
+def seen_state(now: Now) -> ColumnElement[str]:
+    return case((lease_lost(now), DEAD), else_=jobs.c.state)
 
 
 def retire(now: Now) -> Update:
-    """R08: a lease that ran out on the last attempt makes its job dead, never claimable."""
-    expired = (
-        select(jobs.c.id)
-        .where(IS_RUNNING, jobs.c.visible_at <= now, jobs.c.attempts >= jobs.c.max_attempts)
-        .with_for_update(skip_locked=True)
-    )
-    return (
-        update(jobs)
-        .where(jobs.c.id.in_(expired.scalar_subquery()))
-        .values(
-            state=DEAD,
-            finished_at=now,
-            lease_token=None,
-            last_error=LEASE_EXPIRED_ON_LAST_ATTEMPT,
-        )
-    )
+    """Writes R08's dead state on every row that has it unwritten, for the operations
+    that change dead rows (`requeue_dead`, `purge`): reads never need it."""
+    expired = select(jobs.c.id).where(lease_lost(now)).with_for_update(skip_locked=True)
+    return update(jobs).where(jobs.c.id.in_(expired.scalar_subquery())).values(**_dead_values())
+
+
+def ready(now: Now) -> ColumnElement[bool]:
+    """May this job be claimed now? (Claimable this instant, as `stats` counts it.)"""
+    return LIVE & (jobs.c.visible_at <= now) & (jobs.c.attempts < jobs.c.max_attempts)
+
+
+def due(now: Now) -> ColumnElement[bool]:
+    """What a claim walks: every live row whose time has come, leases lost on the last
+    attempt included, so that the claim itself writes them dead (`_claimed`)."""
+    return LIVE & (jobs.c.visible_at <= now)
 
 
 #: The claim's size as the caller gives it.
@@ -93,7 +129,7 @@ def picked(now: Now, queue_count: int | None, limit: ColumnElement[int]) -> Sele
 
     `queue_count` names the queues filter's size (binds `queue_0` …), so each shape is
     one fixed SQL string that can be compiled once and prepared by the server."""
-    stmt = select(jobs.c.id, jobs.c.visible_at).where(ready(now))
+    stmt = select(jobs.c.id, jobs.c.visible_at).where(due(now))
     if queue_count is not None:
         stmt = stmt.where(jobs.c.queue.in_([bindparam(f"queue_{i}") for i in range(queue_count)]))
     return (
@@ -104,13 +140,21 @@ def picked(now: Now, queue_count: int | None, limit: ColumnElement[int]) -> Sele
 
 
 def _claimed(now: Now) -> dict[str, object]:
-    """R06: what a claim writes."""
-    return {
+    """R06: what a claim writes; and R08: a row it meets whose lease ended on the last
+    attempt (the pick has proven the lease is over) is written dead instead, returned
+    with state `dead` for the caller to drop, never handed out."""
+    claimed: dict[str, ColumnElement[object]] = {
         "state": RUNNING,
         "attempts": jobs.c.attempts + 1,
         "visible_at": now + bindparam("lease_seconds", type_=Double),
         "lease_token": bindparam("token"),
         "worker": bindparam("claimant"),
+    }
+    lost = IS_RUNNING & (jobs.c.attempts >= jobs.c.max_attempts)
+    dead = _dead_values()
+    return {
+        name: case((lost, dead.get(name, jobs.c[name])), else_=claimed.get(name, jobs.c[name]))
+        for name in {**claimed, **dead}
     }
 
 
@@ -122,7 +166,7 @@ def claim_one(now: Now, queue_count: int | None) -> Update:
         update(jobs)
         .where(jobs.c.id == one.scalar_subquery())
         .values(**_claimed(now))
-        .returning(*JOB_COLUMNS)
+        .returning(*JOB_COLUMNS, jobs.c.state)
     )
 
 
@@ -131,7 +175,9 @@ def claim(now: Now, queue_count: int | None, *, ready_at: bool) -> Update:
     `visible_at` from before the claim, for the caller to restore claim order; SQLite
     cannot return a column of another FROM table, so there `claim_order` runs first."""
     chosen = picked(now, queue_count, LIMIT).subquery("picked")
-    returning = [*JOB_COLUMNS, chosen.c.visible_at.label("ready_at")] if ready_at else JOB_COLUMNS
+    returning = [*JOB_COLUMNS, jobs.c.state]
+    if ready_at:
+        returning.append(chosen.c.visible_at.label("ready_at"))
     return (
         update(jobs).where(jobs.c.id == chosen.c.id).values(**_claimed(now)).returning(*returning)
     )
@@ -142,15 +188,20 @@ def claim_order(now: Now, queue_count: int | None) -> Select:
     return picked(now, queue_count, LIMIT).with_only_columns(jobs.c.id)
 
 
-def _fenced() -> ColumnElement[bool]:
-    """The fence (R09): this id, this claim's token, still running."""
+def _held(now: Now) -> ColumnElement[bool]:
+    """Still running, and not dead by R08 (its lease ended on the last attempt)."""
+    return IS_RUNNING & ((jobs.c.visible_at > now) | (jobs.c.attempts < jobs.c.max_attempts))
+
+
+def _fenced(now: Now) -> ColumnElement[bool]:
+    """The fence (R09): this id, this claim's token, still held."""
     return (
-        (jobs.c.id == bindparam("job_id")) & (jobs.c.lease_token == bindparam("token")) & IS_RUNNING
+        (jobs.c.id == bindparam("job_id")) & (jobs.c.lease_token == bindparam("token")) & _held(now)
     )
 
 
 def complete(now: Now) -> Update:
-    return update(jobs).where(_fenced()).values(state=DONE, finished_at=now, lease_token=None)
+    return update(jobs).where(_fenced(now)).values(state=DONE, finished_at=now, lease_token=None)
 
 
 def complete_with_result(now: Now) -> Update:
@@ -162,12 +213,9 @@ def complete_with_result(now: Now) -> Update:
 def cancel(now: Now) -> Update:
     """R25: a live job becomes cancelled; clearing the token fences its holder off. A
     lease that ran out on the last attempt is dead already (R08), not cancellable."""
-    dead_by_lease = (
-        IS_RUNNING & (jobs.c.visible_at <= now) & (jobs.c.attempts >= jobs.c.max_attempts)
-    )
     return (
         update(jobs)
-        .where(jobs.c.id == bindparam("job_id"), LIVE, ~dead_by_lease)
+        .where(jobs.c.id == bindparam("job_id"), LIVE, ~lease_lost(now))
         .values(state=CANCELLED, finished_at=now, lease_token=None)
     )
 
@@ -193,7 +241,7 @@ def complete_batch(now: Now) -> Update:
     )
     return (
         update(jobs)
-        .where(jobs.c.id == fences.c.job_id, jobs.c.lease_token == fences.c.token, IS_RUNNING)
+        .where(jobs.c.id == fences.c.job_id, jobs.c.lease_token == fences.c.token, _held(now))
         .values(state=DONE, finished_at=now, lease_token=None)
         .returning(jobs.c.id, fences.c.token)
     )
@@ -202,7 +250,7 @@ def complete_batch(now: Now) -> Update:
 def fail_retry(now: Now) -> Update:
     return (
         update(jobs)
-        .where(_fenced())
+        .where(_fenced(now))
         .values(
             state=QUEUED,
             visible_at=now + bindparam("delay", type_=Double),
@@ -215,7 +263,7 @@ def fail_retry(now: Now) -> Update:
 def fail_dead(now: Now) -> Update:
     return (
         update(jobs)
-        .where(_fenced())
+        .where(_fenced(now))
         .values(state=DEAD, finished_at=now, last_error=bindparam("error"), lease_token=None)
     )
 
@@ -223,7 +271,7 @@ def fail_dead(now: Now) -> Update:
 def heartbeat(now: Now) -> Update:
     return (
         update(jobs)
-        .where(_fenced())
+        .where(_fenced(now))
         .values(visible_at=now + bindparam("lease_seconds", type_=Double))
         .returning(jobs.c.visible_at)
     )
@@ -233,7 +281,7 @@ def release(now: Now) -> Update:
     """R14: the claim's attempt is given back, so a graceful shutdown costs nothing."""
     return (
         update(jobs)
-        .where(_fenced())
+        .where(_fenced(now))
         .values(state=QUEUED, visible_at=now, attempts=jobs.c.attempts - 1, lease_token=None)
     )
 
@@ -250,16 +298,17 @@ def requeue_dead(now: Now, *, by_id: bool) -> Update:
 def live_counts(now: Now) -> Select:
     """Per queue and state: counts over live rows only (R16), served by the partial index."""
     is_ready = ready(now)
+    state = seen_state(now)  # a lease lost on the last attempt counts as dead (R08)
     return (
         select(
             jobs.c.queue,
-            jobs.c.state,
+            state,
             func.count(),
             func.count().filter(is_ready),
             now - func.min(jobs.c.visible_at).filter(is_ready),
         )
         .where(LIVE)
-        .group_by(jobs.c.queue, jobs.c.state)
+        .group_by(jobs.c.queue, state)
     )
 
 
@@ -284,13 +333,51 @@ def purge_batch(now: Now, state: ColumnElement[str]) -> Delete:
     return delete(jobs).where(jobs.c.id.in_(oldest.scalar_subquery()))
 
 
-def get() -> Select:
-    return select(jobs).where(jobs.c.id == bindparam("job_id"))
+#: What `enqueue` writes from its caller's values (the times come from the queue's clock).
+ENQUEUED = ("kind", "queue", "payload", "priority", "state", "attempts", "max_attempts")
 
 
-def dead_jobs(*, by_queue: bool) -> Select:
-    """The dead-letter list for a person, newest first; reads dead rows only."""
-    stmt = select(jobs).where(IS_DEAD)
+def enqueue_one(times: dict[str, ColumnElement[float]]) -> Insert:
+    """One job without a dedupe key (nothing can conflict), as one fixed statement that
+    the hot path compiles once: every value a named parameter."""
+    values = {name: bindparam(name, type_=jobs.c[name].type) for name in ENQUEUED}
+    return insert(jobs).values(**values, **times).returning(jobs.c.id)
+
+
+def enqueue_batch(now: Now, payloads: ColumnElement[object]) -> Insert:
+    """Many jobs of one kind in one statement: `payloads` is a set-returning expression of
+    (value, ordinality), inserted in that order, so the ids grow in the payloads' order."""
+    elements = payloads.table_valued("value", with_ordinality="ordinality").render_derived(
+        name="given"
+    )
+    rows = select(
+        bindparam("kind", type_=jobs.c.kind.type),
+        bindparam("queue", type_=jobs.c.queue.type),
+        elements.c.value,
+        bindparam("priority", type_=jobs.c.priority.type),
+        QUEUED,
+        literal_column("0"),
+        bindparam("max_attempts", type_=jobs.c.max_attempts.type),
+        now,
+        now,
+    ).order_by(elements.c.ordinality)
+    columns = [*ENQUEUED, "visible_at", "created_at"]
+    return insert(jobs).from_select(columns, rows).returning(jobs.c.id)
+
+
+def get(now: Now) -> Select:
+    return select(*seen(now)).where(jobs.c.id == bindparam("job_id"))
+
+
+def dead_jobs(now: Now, *, by_queue: bool) -> Select:
+    """The dead-letter list for a person, newest first: the dead rows, and the running
+    ones dead by R08 (each part read through its own partial index)."""
+    parts = [select(*seen(now)).where(IS_DEAD), select(*seen(now)).where(lease_lost(now))]
     if by_queue:
-        stmt = stmt.where(jobs.c.queue == bindparam("queue"))
-    return stmt.order_by(jobs.c.finished_at.desc(), jobs.c.id.desc()).limit(bindparam("limit"))
+        parts = [part.where(jobs.c.queue == bindparam("queue")) for part in parts]
+    listed = union_all(*parts).subquery("dead")
+    return (
+        select(listed)
+        .order_by(listed.c.finished_at.desc(), listed.c.id.desc())
+        .limit(bindparam("limit"))
+    )

@@ -4,15 +4,21 @@ No timing is checked here (and the benchmark itself never runs in the test suite
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
-from benchmarks import databases
-from benchmarks.implementations import FLOOR, QUEUECORE_BATCHED
+from benchmarks import databases, enqueue, worker_e2e
+from benchmarks.checks import Check, check, exit_status
+from benchmarks.floors import SQLiteOneStatementFloor
+from benchmarks.harness import build_parser, plan_of
+from benchmarks.implementations import FLOOR, FLOOR_ONE_STATEMENT, QUEUECORE, QUEUECORE_BATCHED
 from benchmarks.throughput import Databases, measure
+
+PGQUEUER_NAME = worker_e2e.PGQUEUER_WORKER
 
 JOBS = 300
 SHAPES = [(FLOOR, 1), (FLOOR, 10), (QUEUECORE_BATCHED, 10)]
@@ -49,3 +55,97 @@ def test_postgresql_runs_drain_every_job_once(
     target = Databases(tmp_path, postgres).prepare(implementation, "postgresql", "", JOBS)
     assert measure(implementation, target, workers=2, limit=limit, jobs=JOBS).exactly_once
     assert _states(target.url) == {"done/1": JOBS}
+
+
+def test_sqlite_one_statement_floor_drains_every_job_once(tmp_path: Path):
+    target = Databases(tmp_path, None).prepare(FLOOR_ONE_STATEMENT, "sqlite", "NORMAL", JOBS)
+    assert measure(FLOOR_ONE_STATEMENT, target, workers=2, limit=1, jobs=JOBS).exactly_once
+    assert _states(target.url) == {"done/1": JOBS}
+
+
+def test_one_statement_floor_writes_a_lease_lost_on_the_last_attempt_dead(tmp_path: Path):
+    """R08 as amended, by hand: the row met first is out of attempts with its lease over,
+    so the claim writes it dead (lease end as its finish) and hands out the next one."""
+    target = Databases(tmp_path, None).prepare(FLOOR_ONE_STATEMENT, "sqlite", "NORMAL", 2)
+    conn = sqlite3.connect(target.location, isolation_level=None)
+    conn.execute(
+        "UPDATE queuecore_jobs SET state = 'running', attempts = max_attempts, "
+        "visible_at = visible_at - 100, lease_token = 'old' WHERE id = 1"
+    )
+    floor = SQLiteOneStatementFloor(target.location, synchronous="NORMAL")
+    [job] = floor.claim("w", 1)
+    assert job[0] == 2 and floor.claim("w", 1) == []
+    floor.close()
+    state, error, token, finished, visible = conn.execute(
+        "SELECT state, last_error, lease_token, finished_at, visible_at FROM queuecore_jobs "
+        "WHERE id = 1"
+    ).fetchone()
+    conn.close()
+    assert (state, error, token) == ("dead", "lease expired on the last attempt", None)
+    assert finished == visible
+
+
+@pytest.mark.parametrize(
+    "implementation", [worker_e2e.WORKER, worker_e2e.LOOP, worker_e2e.HUEY_CONSUMER]
+)
+def test_sqlite_worker_processes_drain_every_job_once(tmp_path: Path, implementation: str):
+    dbs = Databases(tmp_path, None)
+    target = dbs.prepare(worker_e2e.SEEDS[implementation], "sqlite", "NORMAL", JOBS)
+    run = worker_e2e.measure(implementation, target, 2, JOBS, tmp_path)
+    assert run.exactly_once and run.seconds > 0 and run.start_s > 0
+
+
+@pytest.mark.parametrize("implementation", [worker_e2e.WORKER, worker_e2e.PGQUEUER_WORKER])
+def test_postgresql_worker_processes_drain_every_job_once(
+    tmp_path: Path, postgres: databases.PostgresDatabases, implementation: str
+):
+    dbs = Databases(tmp_path, postgres)
+    target = dbs.prepare(worker_e2e.SEEDS[implementation], "postgresql", "", JOBS)
+    assert worker_e2e.measure(implementation, target, 2, JOBS, tmp_path).exactly_once
+    if implementation == worker_e2e.WORKER:
+        assert _states(target.url) == {"done/1": JOBS}
+
+
+@pytest.mark.parametrize("shape", [enqueue.SINGLE, enqueue.MANY])
+@pytest.mark.parametrize("implementation", [QUEUECORE, FLOOR])
+def test_enqueue_runs_write_what_they_time(
+    tmp_path: Path, postgres: databases.PostgresDatabases, implementation: str, shape: str
+):
+    for backend in ("sqlite", "postgresql"):
+        target = Databases(tmp_path, postgres).prepare(implementation, backend, "NORMAL", 0)
+        assert enqueue.measure(implementation, target, shape, 20) > 0
+        assert _states(target.url) == {"queued/0": 20 + enqueue.WARM_UP}
+
+
+def _worker_row(**medians: float) -> worker_e2e.Row:
+    row = worker_e2e.Row("postgresql", 4)
+    for implementation, rate in medians.items():
+        row.runs[implementation] = [worker_e2e.Run(rate, 1.0, 0.5, True)]
+    return row
+
+
+def test_worker_targets_are_checked_on_the_ratios():
+    held = _worker_row(**{worker_e2e.WORKER: 800, worker_e2e.LOOP: 1000, PGQUEUER_NAME: 500})
+    missed = _worker_row(**{worker_e2e.WORKER: 600, worker_e2e.LOOP: 1000, PGQUEUER_NAME: 500})
+    checks: list[Check] = []
+    worker_e2e.targets([held], checks)
+    assert [c["held"] for c in checks] == [True, True]
+    assert exit_status(checks) == 0
+    worker_e2e.targets([missed], checks)
+    assert [c["held"] for c in checks[2:]] == [False, False]
+    assert exit_status(checks) == 1
+
+
+def test_a_target_that_could_not_be_measured_is_missed():
+    checks: list[Check] = []
+    check(checks, "peer not installed", None, 1.0)
+    assert checks[0]["held"] is False and exit_status(checks) == 1
+
+
+def test_quick_run_with_filters_narrows_every_family():
+    args = build_parser().parse_args(["--quick", "--workers", "1", "--families", "worker"])
+    plan = plan_of(args)
+    assert (plan.workers, plan.e2e_processes, plan.repeats) == ((1,), (1,), 1)
+    assert args.families == ("worker",)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--families", "nonsense"])

@@ -109,18 +109,34 @@ def test_r08_crash_on_the_last_attempt_makes_the_job_dead(make_queue, clock, db)
 
     clock.advance(29)
     assert ids(queue.claim("w", queues=["other"])) == [other]
-    assert job_row(db, last)["state"] == "running"
+    assert queue.get(last).state == "running"
 
-    clock.advance(1)
-    assert queue.claim("w", queues=["nowhere"]) == []
+    clock.advance(1)  # dead from the instant its lease ends, before any claim meets it
+    snap = queue.get(last)
+    assert (snap.state, snap.attempts) == ("dead", 1)
+    assert snap.last_error == LEASE_EXPIRED_ON_LAST_ATTEMPT == "lease expired on the last attempt"
+    assert epoch(snap.finished_at) == clock.now
+    assert queue.claim("w") == []  # meets the row: writes it dead, hands nothing out
     row = job_row(db, last)
-    assert row["state"] == "dead"
-    assert row["last_error"] == LEASE_EXPIRED_ON_LAST_ATTEMPT == "lease expired on the last attempt"
-    assert row["finished_at"] == clock.now
-    assert row["lease_token"] is None
-    assert row["attempts"] == 1
-    assert queue.claim("w") == []
+    assert (row["state"], row["last_error"], row["lease_token"]) == (
+        "dead",
+        LEASE_EXPIRED_ON_LAST_ATTEMPT,
+        None,
+    )
+    assert (row["finished_at"], row["attempts"]) == (clock.now, 1)
+    assert queue.get(last) == snap
     assert queue.complete(crashed) is False
+
+
+def test_r08_a_claim_that_meets_lost_leases_hands_out_the_jobs_behind_them(queue, clock):
+    """The dead rows a claim writes take no room from the jobs it hands out."""
+    lost = [queue.enqueue("k", {}, max_attempts=1).id for _ in range(3)]
+    assert ids(queue.claim("crashed", limit=3)) == lost
+    clock.advance(31)
+    ready = [queue.enqueue("k", {}).id for _ in range(3)]
+    assert ids(queue.claim("w", limit=2)) == ready[:2]
+    assert ids(queue.claim("w")) == ready[2:]
+    assert [queue.get(i).state for i in lost] == ["dead"] * 3
 
 
 def test_r08_expired_lease_with_attempts_left_is_claimed_again(make_queue, clock, db):
@@ -134,3 +150,37 @@ def test_r08_expired_lease_with_attempts_left_is_claimed_again(make_queue, clock
     clock.advance(30)
     assert queue.claim("w") == []
     assert job_row(db, job_id)["state"] == "dead"
+
+
+def test_r08_reports_after_a_lease_lost_on_the_last_attempt_change_nothing(queue, clock):
+    """Reads say dead from the lease's end, so a report arriving later, before any claim
+    met the row, must not turn it into anything else (dead is not done)."""
+    job_id = queue.enqueue("k", {}, max_attempts=1).id
+    [job] = queue.claim("w")
+    clock.advance(31)
+    assert queue.heartbeat(job) is False
+    assert queue.complete(job) is False
+    assert queue.complete_many([job]) == [False]
+    assert queue.fail(job, "late") is None
+    assert queue.release(job) is False
+    snap = queue.get(job_id)
+    assert (snap.state, snap.last_error) == ("dead", LEASE_EXPIRED_ON_LAST_ATTEMPT)
+
+
+def test_r08_dead_list_requeue_and_purge_see_an_unwritten_dead_state(queue, clock, db):
+    """No claim ever meets these rows (nothing claims their queue): every operation on
+    dead jobs must still see them dead, finished when their leases ended."""
+    first = queue.enqueue("k", {}, queue="idle", max_attempts=1).id
+    second = queue.enqueue("k", {}, queue="idle", max_attempts=1).id
+    queue.claim("w", limit=2)
+    clock.advance(30)
+    assert job_row(db, first)["state"] == "running"  # not written: nobody met it
+    assert [s.id for s in queue.dead_jobs()] == [second, first]
+    assert [s.id for s in queue.dead_jobs("idle")] == [second, first]
+    assert queue.stats("idle")["dead"] == 2 and queue.stats("idle")["running"] == 0
+    assert queue.requeue_dead([first]) == [first]
+    assert (queue.get(first).state, queue.get(first).attempts) == ("queued", 0)
+    clock.advance(10)
+    assert queue.purge(older_than=11, states=("dead",)) == 0  # it finished 10 s ago
+    assert queue.purge(older_than=9, states=("dead",)) == 1
+    assert queue.get(second) is None

@@ -77,16 +77,16 @@ class Model:
         found = [r for r in self.rows.values() if dedupe_key and r.dedupe_key == dedupe_key]
         return found[0] if found else None
 
-    def out_of_attempts(self, row: Row) -> bool:
-        """R08: a lease that ran out on the last attempt: dead, whether written yet or not."""
-        expired = row.state == "running" and row.visible_at <= self.now
-        return expired and row.attempts >= row.max_attempts
+    def settle(self) -> None:
+        """R08 as amended: a lease that ends on the last attempt makes its job dead at that
+        instant, finished when the lease ended, whatever the database has written yet."""
+        for row in self.rows.values():
+            expired = row.state == "running" and row.visible_at <= self.now
+            if expired and row.attempts >= row.max_attempts:
+                row.state, row.finished_at, row.lease_token = "dead", row.visible_at, None
+                row.last_error = LEASE_EXPIRED_ON_LAST_ATTEMPT
 
     def claim(self, limit: int, queues: list[str] | None) -> list[Row]:
-        for row in self.rows.values():  # R08, written by the claim
-            if self.out_of_attempts(row):
-                row.state, row.finished_at, row.lease_token = "dead", self.now, None
-                row.last_error = LEASE_EXPIRED_ON_LAST_ATTEMPT
         ready = [
             r for r in self.rows.values() if r.ready(self.now) and (not queues or r.queue in queues)
         ]
@@ -256,7 +256,6 @@ class QueueMachine(RuleBasedStateMachine):
         job_id = data.draw(st.sampled_from([*known, 999]) if known else st.just(999))
         row = self.model.rows.get(job_id)
         live = row is not None and row.state in ("queued", "running")
-        live = live and not self.model.out_of_attempts(row)
         assert self.queue.cancel(job_id) is live
         if live:
             row.state, row.finished_at, row.lease_token = "cancelled", self.model.now, None
@@ -352,12 +351,16 @@ class QueueMachine(RuleBasedStateMachine):
     def time_passes(self, seconds):
         self.clock.advance(seconds)
         self.model.now += seconds
+        self.model.settle()
 
     # --- what can be observed --------------------------------------------------------
 
     @invariant()
     def observations_agree(self):
         assert self.queue.stats() == self.model.stats()
+        dead = [r for r in self.model.rows.values() if r.state == "dead"]
+        dead.sort(key=lambda r: (r.finished_at, r.id), reverse=True)
+        assert [snap.id for snap in self.queue.dead_jobs(limit=1000)] == [r.id for r in dead]
         for row in self.model.rows.values():
             snap = self.queue.get(row.id)
             seen = (snap.state, snap.attempts, snap.max_attempts, snap.last_error, snap.worker)

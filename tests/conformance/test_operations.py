@@ -59,7 +59,7 @@ def test_r16_stats_per_queue_and_overall(make_queue, clock):
     queue.complete(queue.claim("w", queues=["c"])[0])
     queue.enqueue("k", {}, queue="b", run_at=start - 10)  # stays queued, ready
     queue.enqueue("k", {}, queue="b", run_at=start - 20)  # claimed second, lease live
-    queue.enqueue("k", {}, queue="b", run_at=start - 30, max_attempts=1)  # R08 pending
+    queue.enqueue("k", {}, queue="b", run_at=start - 30, max_attempts=1)  # dead by R08
     queue.enqueue("k", {}, queue="b", run_at=start - 40)  # lease ends, claimable again
     queue.claim("w", queues=["b"], limit=2)
     clock.advance(10)
@@ -75,7 +75,8 @@ def test_r16_stats_per_queue_and_overall(make_queue, clock):
         "cancelled": 0,
     }
     a = {**empty, "queued": 2, "ready_now": 1, "oldest_ready_age_s": 135.0}
-    b = {**empty, "queued": 1, "running": 3, "ready_now": 2, "oldest_ready_age_s": 45.0}
+    # The lease that ended on its last attempt counts as dead from that instant (R08).
+    b = {**empty, "queued": 1, "running": 2, "ready_now": 2, "oldest_ready_age_s": 45.0, "dead": 1}
     d = {**empty, "dead": 2}
     assert [queue.stats(queue=name) for name in "abcd"] == [a, b, empty, d]
     assert queue.stats(queue="nowhere") == empty
@@ -83,10 +84,10 @@ def test_r16_stats_per_queue_and_overall(make_queue, clock):
     assert overall.pop("queues") == {"a": a, "b": b, "d": d}
     assert overall == {
         "queued": 3,
-        "running": 3,
+        "running": 2,
         "ready_now": 3,
         "oldest_ready_age_s": 135.0,
-        "dead": 2,
+        "dead": 3,
         "cancelled": 0,
     }
 

@@ -118,12 +118,13 @@ def crowded(queue: SQLQueue, db: sa.Engine, clock: FakeClock) -> SQLQueue:
 
 
 @pytest.mark.parametrize("clock_source", ["injected", "default"])
-def test_r19_claim_and_retire_use_the_partial_indexes(
+def test_r19_every_claim_shape_reads_the_ready_index(
     crowded, make_queue, db, clock, backend, clock_source
 ):
     """Every claim shape (one job or many; all queues, one, or several) as the queue sends
-    it: on PostgreSQL the retire step rides in the claim statement, on SQLite it and the
-    claim order are statements of their own in the claim's transaction."""
+    it. A one-job claim is one statement on both backends (R08's dead state is written by
+    the claim that meets the row, amended R08); SQLite's many-job claim lists the claim
+    order first, in the claim's transaction."""
     queue = crowded if clock_source == "injected" else make_queue(clock=None)
     params = {
         "now": clock.now,
@@ -139,14 +140,34 @@ def test_r19_claim_and_retire_use_the_partial_indexes(
             steps = queue._claim_plan(one, queue_count).steps
             with db.connect() as conn:
                 plans = [explain_sent(conn, step.sql, step.parameters(params)) for step in steps]
+            if one:
+                assert len(steps) == 1, [step.sql for step in steps]
             for plan in plans:
-                assert plan.indexes and plan.indexes <= READY | {LEASES, PRIMARY_KEY}, plan
+                assert plan.indexes and plan.indexes <= READY | {PRIMARY_KEY}, plan
                 assert not plan.full_scan, plan
             # The claim and its order read the ready index; SQLite's plan is fixed by its
             # statistics, PostgreSQL may choose to sort the few live rows of named queues.
             picking = [plan for plan in plans if plan.indexes & READY]
             assert picking and (backend == "postgresql" or not any(p.sorts for p in picking))
-            assert any(LEASES in plan.indexes for plan in plans), plans
+
+
+def test_r08_reads_of_lost_leases_use_the_partial_indexes(crowded, db, clock):
+    """What finds the running rows that are dead by R08 reads the leases index, beside
+    the dead index for the dead list: none of it walks the finished rows."""
+    params = {"now": clock.now, "limit": 10, "queue": "q1", "job_id": 1}
+    for now in nows(crowded):
+        with db.connect() as conn:
+            retire = explain(conn, statements.retire(now), params)
+            listed = [
+                explain(conn, statements.dead_jobs(now, by_queue=by_queue), params)
+                for by_queue in (False, True)
+            ]
+            got = explain(conn, statements.get(now), params)
+        assert LEASES in retire.indexes and not retire.full_scan, retire
+        for plan in listed:
+            assert plan.indexes <= {DEAD, LEASES} and LEASES in plan.indexes, plan
+            assert not plan.full_scan, plan
+        assert got.indexes == {PRIMARY_KEY} and not got.full_scan, got
 
 
 def test_r16_stats_never_scans_finished_rows(crowded, db, clock):

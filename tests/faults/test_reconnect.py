@@ -89,11 +89,19 @@ def test_claims_and_completes_survive_terminated_connections(queue, private_dsn,
     assert queue.claim("survivor") == []
 
 
+def cut_hot_connection(queue: queuecore.Queue, terminator: Terminator) -> None:
+    """Ends the connection the hot path runs its one-statement autocommit writes on (an
+    enqueue without a dedupe key, an enqueue_many): the next one cannot know whether its
+    commit landed (here it did not)."""
+    _, driver = queue._hot_connection()
+    assert terminator.backend(driver.info.backend_pid) == 1
+
+
 def test_enqueue_whose_commit_was_cut_off_is_retried_only_when_deduplicated(
     queue, private_dsn, terminator
 ):
     cutter = CommitCutter(queue.engine, terminator)
-    cutter.armed = 1
+    cut_hot_connection(queue, terminator)
     with pytest.raises(queuecore.OutcomeUnknownError, match="dedupe_key"):
         queue.enqueue("plain", {})
     count = "SELECT count(*) FROM queuecore_jobs"
@@ -105,7 +113,7 @@ def test_enqueue_whose_commit_was_cut_off_is_retried_only_when_deduplicated(
     assert res.created
     assert rows(private_dsn, "SELECT id, dedupe_key FROM queuecore_jobs") == [(res.id, "k")]
 
-    cutter.armed = 1
+    cut_hot_connection(queue, terminator)
     with pytest.raises(queuecore.OutcomeUnknownError):
         queue.enqueue_many("plain", [{}, {}])
     assert rows(private_dsn, count) == [(1,)]

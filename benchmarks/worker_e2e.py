@@ -1,0 +1,339 @@
+"""Worker end to end: real worker processes, started as a user starts them with default
+options, drain a queue of N no-op jobs; jobs per second from the gate opening (every
+process has started and imported its app, see `gate.py`) until the queue is empty.
+
+The same clock and the same "empty" for every implementation: the harness polls the
+queue's own table every POLL_S and stops the clock at the first poll that finds no job
+left to do (for queuecore: none queued or running, so every completion has committed;
+for huey and pgqueuer: no row left in their queue table). Process start, from spawn to
+the gate, is measured too and shown beside the figure, never inside it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks import gate
+from benchmarks.checks import Check, check, ratio
+from benchmarks.implementations import HUEY, PGQUEUER, QUEUECORE, Target
+
+#: `queuecore worker` with every default, its per-job INFO lines included.
+WORKER = "queuecore worker"
+#: The same with `--log-level WARNING`: what the per-job log line costs.
+WORKER_QUIET = "queuecore worker, no per-job log"
+#: queuecore's best library loop (claim 10, `complete_many` ack window), same harness.
+LOOP = "library loop"
+HUEY_CONSUMER = "huey consumer"
+PGQUEUER_WORKER = "pgqueuer worker"
+
+#: Which seeded queue each implementation drains (as `throughput.Databases` prepares it).
+SEEDS = {
+    WORKER: QUEUECORE,
+    WORKER_QUIET: QUEUECORE,
+    LOOP: QUEUECORE,
+    HUEY_CONSUMER: HUEY,
+    PGQUEUER_WORKER: PGQUEUER,
+}
+PEERS = {"sqlite": HUEY_CONSUMER, "postgresql": PGQUEUER_WORKER}
+
+POLL_S = 0.005
+START_TIMEOUT_S = 120
+RUN_TIMEOUT_S = 600
+STOP_TIMEOUT_S = 60
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Run:
+    """One measured drain by whole processes."""
+
+    jobs_per_s: float
+    seconds: float
+    start_s: float  # spawn to gate, the slowest process: not inside `seconds`
+    exactly_once: bool
+
+
+def command(implementation: str, target: Target) -> list[str]:
+    """The command a user would type, with its default options."""
+    python = sys.executable
+    if implementation in (WORKER, WORKER_QUIET):
+        cmd = [python, "-m", "queuecore", "worker", "benchmarks.apps_queuecore:REGISTRY"]
+        cmd += ["--dsn", target.url]
+        if implementation == WORKER_QUIET:
+            cmd += ["--log-level", "WARNING"]
+        return cmd
+    if implementation == LOOP:
+        return [python, "-m", "benchmarks.apps_loop"]
+    if implementation == HUEY_CONSUMER:
+        return [python, "-m", "huey.bin.huey_consumer", "benchmarks.apps_huey.huey"]
+    if implementation == PGQUEUER_WORKER:
+        return [python, "-m", "benchmarks.apps_pgqueuer"]  # `pgq run`, see there
+    raise ValueError(f"no command for {implementation}")
+
+
+def app_dsn(implementation: str, target: Target) -> str:
+    if implementation == HUEY_CONSUMER:
+        return target.location
+    if implementation == PGQUEUER_WORKER:
+        return target.libpq_dsn
+    return target.url
+
+
+def stop_signal(implementation: str) -> signal.Signals:
+    """Each one's graceful stop: huey's consumer stops gracefully on SIGINT."""
+    return signal.SIGINT if implementation == HUEY_CONSUMER else signal.SIGTERM
+
+
+class Remaining:
+    """How many jobs are left in a queue, read with the bare driver."""
+
+    def __init__(self, implementation: str, target: Target) -> None:
+        seed = SEEDS[implementation]
+        if seed == HUEY:
+            sql = "SELECT count(*) FROM task"
+        elif seed == PGQUEUER:
+            sql = "SELECT count(*) FROM pgqueuer"
+        else:
+            sql = "SELECT count(*) FROM queuecore_jobs WHERE state IN ('queued', 'running')"
+        self.sql = sql
+        if target.backend == "sqlite":
+            self.conn = sqlite3.connect(target.location, isolation_level=None, timeout=30)
+            self._count = lambda: self.conn.execute(self.sql).fetchone()[0]
+        else:
+            import psycopg
+
+            self.conn = psycopg.connect(target.libpq_dsn, autocommit=True)
+            self._count = lambda: self.conn.execute(self.sql).fetchone()[0]
+
+    def __call__(self) -> int:
+        return int(self._count())
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def measure(implementation: str, target: Target, processes: int, jobs: int, folder: Path) -> Run:
+    """Start `processes` processes, open the gate once all have started, time the drain,
+    then stop them as an operator would and check every job ran once."""
+    gate_path = folder / f"gate-{uuid.uuid4().hex[:8]}"
+    env = {
+        **os.environ,
+        gate.GATE: str(gate_path),
+        gate.DSN: app_dsn(implementation, target),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    log_path = gate_path.with_suffix(".log")
+    spawned = time.perf_counter()
+    with log_path.open("wb") as log:
+        children = [
+            subprocess.Popen(
+                command(implementation, target),
+                env=env,
+                cwd=folder,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+            for _ in range(processes)
+        ]
+    remaining = Remaining(implementation, target)
+    try:
+        _wait_until(
+            lambda: all(gate.ready_file(gate_path, c.pid).exists() for c in children),
+            START_TIMEOUT_S,
+            children,
+            log_path,
+            "start",
+        )
+        start_s = time.perf_counter() - spawned
+        opened = time.perf_counter()
+        gate_path.touch()
+        _wait_until(lambda: remaining() == 0, RUN_TIMEOUT_S, children, log_path, "drain")
+        seconds = time.perf_counter() - opened
+    finally:
+        remaining.close()
+        _stop(children, stop_signal(implementation))
+    return Run(
+        jobs_per_s=jobs / seconds,
+        seconds=seconds,
+        start_s=start_s,
+        exactly_once=ran_exactly_once(implementation, target, jobs),
+    )
+
+
+def _wait_until(
+    condition: object, timeout: float, children: list[subprocess.Popen], log: Path, what: str
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():  # type: ignore[operator]
+        # A process that exits before the queue is empty (the library loop may, having
+        # found it empty; a crashed worker must not) is only an error before the gate.
+        if what == "start" and any(c.poll() is not None for c in children):
+            raise RuntimeError(f"a process exited before the gate: {_tail(log)}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} did not finish in {timeout:.0f} s: {_tail(log)}")
+        time.sleep(POLL_S)
+
+
+def _tail(log: Path, lines: int = 15) -> str:
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _stop(children: list[subprocess.Popen], how: signal.Signals) -> None:
+    for child in children:
+        if child.poll() is None:
+            child.send_signal(how)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    for child in children:
+        try:
+            child.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+
+
+def ran_exactly_once(implementation: str, target: Target, jobs: int) -> bool:
+    """queuecore: every job done on its first attempt. pgqueuer: one successful log entry
+    per job. huey deletes a task as it dequeues it and keeps no record: an empty queue
+    is all there is to check."""
+    seed = SEEDS[implementation]
+    if seed == HUEY:
+        return True
+    if seed == PGQUEUER:
+        sql = (
+            "SELECT count(*), count(DISTINCT job_id) FROM pgqueuer_log WHERE status = 'successful'"
+        )
+        expected: tuple[int, ...] = (jobs, jobs)
+    else:
+        sql = (
+            "SELECT count(*), sum(CASE WHEN state = 'done' AND attempts = 1 THEN 1 END) "
+            "FROM queuecore_jobs"
+        )
+        expected = (jobs, jobs)
+    if target.backend == "sqlite":
+        conn = sqlite3.connect(target.location)
+        row = conn.execute(sql).fetchone()
+        conn.close()
+    else:
+        import psycopg
+
+        with psycopg.connect(target.libpq_dsn) as pg:
+            row = pg.execute(sql).fetchone()
+    return tuple(row) == expected
+
+
+def median(runs: list[Run]) -> float | None:
+    return statistics.median(r.jobs_per_s for r in runs) if runs else None
+
+
+@dataclass
+class Row:
+    """One backend and process count, every implementation's runs side by side."""
+
+    backend: str
+    processes: int
+    runs: dict[str, list[Run]] = field(default_factory=dict)
+
+    def median(self, implementation: str) -> float | None:
+        return median(self.runs.get(implementation, []))
+
+    def start_s(self, implementation: str) -> float | None:
+        runs = self.runs.get(implementation)
+        return statistics.median(r.start_s for r in runs) if runs else None
+
+
+def implementations(backend: str, peer_installed: bool) -> list[str]:
+    chosen = [WORKER, WORKER_QUIET, LOOP]
+    return [*chosen, PEERS[backend]] if peer_installed else chosen
+
+
+def run(
+    dbs: Any,
+    backends: list[str],
+    processes: tuple[int, ...],
+    jobs: int,
+    repeats: int,
+    installed: Callable[[str], bool],
+    log: Callable[[str], None],
+) -> list[Row]:
+    """Every row once per repeat, every implementation of a row in turn (so a disturbance
+    of the shared machine hits a row's columns alike)."""
+    rows = [Row(backend, p) for backend in backends for p in processes]
+    for repeat in range(repeats):
+        for row in rows:
+            peer_module = "huey" if row.backend == "sqlite" else "pgqueuer"
+            for implementation in implementations(row.backend, installed(peer_module)):
+                target = dbs.prepare(SEEDS[implementation], row.backend, "NORMAL", jobs)
+                result = measure(implementation, target, row.processes, jobs, dbs.folder)
+                dbs.discard(target)
+                if not result.exactly_once:
+                    raise RuntimeError(f"{implementation} did not run every job exactly once")
+                row.runs.setdefault(implementation, []).append(result)
+                log(
+                    f"[{repeat + 1}/{repeats}] worker {row.backend} {row.processes}p "
+                    f"{implementation}: {result.jobs_per_s:,.0f} jobs/s "
+                    f"(start {result.start_s:.2f} s, not counted)"
+                )
+    return rows
+
+
+def table(rows: list[Row]) -> list[str]:
+    lines = [
+        f"{'backend':<10} {'procs':>5} {'worker':>8} {'no log':>8} {'loop':>8} "
+        f"{'peer':>22} {'w/loop':>6} {'w/peer':>6} {'log cost':>8} {'start s':>7}"
+    ]
+    for row in rows:
+        peer = PEERS[row.backend]
+        worker = row.median(WORKER)
+        quiet = row.median(WORKER_QUIET)
+        cost = None if worker is None or not quiet else 1 - worker / quiet
+        lines.append(
+            f"{row.backend:<10} {row.processes:>5} {_fmt(worker):>8} {_fmt(quiet):>8} "
+            f"{_fmt(row.median(LOOP)):>8} {peer + ' ' + _fmt(row.median(peer)):>22} "
+            f"{_fmt(ratio(worker, row.median(LOOP)), '.2f'):>6} "
+            f"{_fmt(ratio(worker, row.median(peer)), '.2f'):>6} "
+            f"{_fmt(cost, '.0%'):>8} {_fmt(row.start_s(WORKER), '.2f'):>7}"
+        )
+    return lines
+
+
+def targets(rows: list[Row], checks: list[Check]) -> None:
+    """Issue 12's targets for the worker, on this run's medians."""
+    for row in rows:
+        where = f"worker {row.backend} {row.processes}p"
+        worker = row.median(WORKER)
+        check(
+            checks,
+            f"{where}: queuecore worker >= 0.7x library loop",
+            ratio(worker, row.median(LOOP)),
+            0.7,
+        )
+        if row.backend == "sqlite":
+            check(
+                checks,
+                f"{where}: queuecore worker >= 1.0x huey consumer",
+                ratio(worker, row.median(HUEY_CONSUMER)),
+                1.0,
+            )
+        elif row.processes == 4:
+            check(
+                checks,
+                f"{where}: queuecore worker >= 1.5x pgqueuer worker",
+                ratio(worker, row.median(PGQUEUER_WORKER)),
+                1.5,
+            )
+
+
+def _fmt(value: float | None, spec: str = ",.0f") -> str:
+    return "—" if value is None else format(value, spec)
