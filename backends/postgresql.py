@@ -24,6 +24,7 @@ class PostgresQueue(SQLQueue):
     """One round trip per claim and per complete: each is a single statement run in
     autocommit (the retire step of R08 rides in the claim as a data-modifying CTE)."""
 
+    backend_options = frozenset({"notify"})
     _insert = staticmethod(postgresql.insert)
     fuses_retire = True
     returns_from_columns = True
@@ -37,7 +38,7 @@ class PostgresQueue(SQLQueue):
     @classmethod
     def create_engine(cls, bind: str | URL | Engine, **options: Any) -> Engine:
         if isinstance(bind, Engine):
-            return bind
+            return bind.execution_options(queuecore_postgresql=True)  # its pool, our options
         url = make_url(bind)
         if url.drivername == "postgresql":
             url = url.set(drivername="postgresql+psycopg")

@@ -87,6 +87,7 @@ class SQLQueue:
             **({"rng": rng} if rng is not None else {}),
         )
         self.engine = self.create_engine(bind, **engine_options)
+        self._owns_engine = not isinstance(bind, Engine)  # a caller's engine is theirs to dispose
         self._outage = Outage()  # for `reconnecting`: each outage logged once, not per retry
         self._local = threading.local()
         self._hot_connections: weakref.WeakSet[PoolProxiedConnection] = weakref.WeakSet()
@@ -621,7 +622,8 @@ class SQLQueue:
     def close(self) -> None:
         for raw in list(self._hot_connections):
             raw.close()
-        self.engine.dispose()
+        if self._owns_engine:
+            self.engine.dispose()
 
     def __enter__(self) -> SQLQueue:
         return self
