@@ -42,18 +42,27 @@ DRIVER_ENV = "QUEUECORE_SQLITE_DRIVER"
 FIXED_CANDIDATES = ("pysqlite3", "sqlite3")
 
 
-def _warn_if_unfixed(driver: str, dbapi: ModuleType) -> None:
+def _warn_if_unfixed(driver: str, dbapi: ModuleType, *, callers_engine: bool) -> None:
     version = tuple(dbapi.sqlite_version_info)
     if has_wal_reset_fix(version) or (driver, version) in _warned_builds:
         return
     _warned_builds.add((driver, version))
     where = getattr(importlib.import_module(driver), "__file__", None) or "built in"
+    if callers_engine:
+        fix = (
+            "Make your engine on a fixed one: pip install 'queuecore[pysqlite3]' and "
+            "create_engine(url, module=pysqlite3.dbapi2), or give connect() the DSN."
+        )
+    else:
+        fix = (
+            "pip install 'queuecore[pysqlite3]' (a newer SQLite in a wheel); queuecore then "
+            "uses it by itself."
+        )
     warnings.warn(
         f"SQLite {dbapi.sqlite_version} from the {driver!r} module ({where}) lacks the fix "
         "for the WAL-reset bug (3.51.3, 3.50.7, 3.44.6): two connections writing or "
-        "checkpointing at once, a queue's pattern, can corrupt the database. "
-        "pip install 'queuecore[pysqlite3]' brings a fixed SQLite, which queuecore then uses "
-        f"by itself. To keep this one and silence this warning: {DRIVER_ENV}={driver}.",
+        f"checkpointing at once, a queue's pattern, can corrupt the database. {fix} To keep "
+        f"this one and silence this warning: {DRIVER_ENV}={driver}.",
         SQLiteBuildWarning,
         stacklevel=4,
     )
@@ -180,7 +189,7 @@ class SQLiteQueue(SQLQueue):
                 url, module=dbapi, connect_args={"timeout": busy_timeout}, **options
             )
         if not chosen:
-            _warn_if_unfixed(driver, dbapi)
+            _warn_if_unfixed(driver, dbapi, callers_engine=isinstance(bind, Engine))
         engine = base.execution_options(queuecore_sqlite=True)
         patience = _Patience(url.database, busy_timeout, dbapi)
 

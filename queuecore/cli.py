@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from queuecore import validate
-from queuecore.connect import connect, to_url
+from queuecore.connect import connect
 from queuecore.errors import QueuecoreError
 from queuecore.migrate import migrate
 from queuecore.registry import RegistryNotFound, load_registry
@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(command=run)
         return sub
 
-    _dsn(command("migrate", _migrate, help="create or upgrade queuecore's schema"), driver=False)
+    _dsn(command("migrate", _migrate, help="create or upgrade queuecore's schema"))
 
     worker = command("worker", _worker, help="run handlers for jobs until SIGTERM/SIGINT")
     worker.add_argument("registry", metavar="MODULE:REGISTRY", help="a mapping kind -> handler")
@@ -124,18 +124,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _dsn(parser: argparse.ArgumentParser, *, driver: bool = True) -> None:
+def _dsn(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dsn",
         default=os.environ.get("QUEUECORE_DSN"),
         help="database URL (default: $QUEUECORE_DSN)",
     )
-    if driver:
-        parser.add_argument(
-            "--sqlite-driver",
-            metavar="MODULE",
-            help="SQLite only: the DB-API module, e.g. pysqlite3 for a newer SQLite",
-        )
+    parser.add_argument(
+        "--sqlite-driver",
+        metavar="MODULE",
+        help="SQLite only (ignored elsewhere): the DB-API module, sqlite3 or pysqlite3 "
+        "(default: pysqlite3 when installed with a fixed SQLite)",
+    )
 
 
 def _names(text: str) -> list[str]:
@@ -153,11 +153,12 @@ def _need_dsn(args: argparse.Namespace) -> str:
 
 def _open(args: argparse.Namespace, **options: Any) -> Any:
     dsn = _need_dsn(args)
-    if args.sqlite_driver:
-        if to_url(dsn).get_backend_name() != "sqlite":
-            raise UsageError("--sqlite-driver is for SQLite databases only")
-        options["sqlite_driver"] = args.sqlite_driver
-    return connect(dsn, **options)
+    return connect(dsn, **_driver(args), **options)
+
+
+def _driver(args: argparse.Namespace) -> dict[str, str]:
+    """--sqlite-driver, for every command whatever the DSN: other backends ignore it."""
+    return {"sqlite_driver": args.sqlite_driver} if args.sqlite_driver else {}
 
 
 def _one_line(exc: BaseException) -> str:
@@ -171,7 +172,7 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    revision = migrate(_need_dsn(args))
+    revision = migrate(_need_dsn(args), **_driver(args))
     print(f"queuecore schema is at revision {revision}")
     return 0
 

@@ -69,3 +69,11 @@ def unknown(name: str, known: Iterable[str]) -> str:
     close = difflib.get_close_matches(name, known, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     return f"connect() got an unknown option {name!r}{hint} (it takes: {', '.join(known)})"
+
+
+def for_engine(backend: type, others: Iterable[type], options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options that shape the engine alone (for `migrate`, which makes no queue)."""
+    accepted = sort(backend, others, None, options)
+    params = inspect.signature(backend.create_engine).parameters.values()
+    shaping = POOL_OPTIONS | {p.name for p in params if p.kind is p.KEYWORD_ONLY}
+    return {name: value for name, value in accepted.items() if name in shaping}

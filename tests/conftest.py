@@ -22,6 +22,17 @@ from tests.pg_server import find_or_start_postgres, find_server_binaries
 REQUIRE_POSTGRES = os.environ.get("QUEUECORE_REQUIRE_POSTGRES") == "1"
 
 _missing = pytest.StashKey[list[str]]()
+_used = pytest.StashKey[str]()
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Which SQLite the SQLite half runs on: queuecore's default pick (pysqlite3 when the
+    dev extra brought it, with its fixed SQLite; else the stdlib's), unless
+    QUEUECORE_SQLITE_DRIVER names one (=sqlite3 runs the suite on the stdlib's)."""
+    from queuecore.backends.sqlite import pick_driver
+
+    name, dbapi, _ = pick_driver(None)
+    return f"queuecore SQLite driver: {name} (SQLite {dbapi.sqlite_version})"
 
 
 def _no_postgres(config: pytest.Config, message: str) -> NoReturn:
@@ -41,6 +52,12 @@ def postgres_server(request: pytest.FixtureRequest) -> Iterator[str]:
                 request.config,
                 f"NO POSTGRESQL: the PostgreSQL half of the suite cannot run: {problem}",
             )
+        engine = sa.create_engine(dsn)
+        with engine.connect() as conn:
+            version = conn.exec_driver_sql("SHOW server_version").scalar()
+        engine.dispose()
+        shown = sa.make_url(dsn).render_as_string(hide_password=True)
+        request.config.stash[_used] = f"PostgreSQL used: {shown} (server {version})"
         yield dsn
 
 
@@ -59,6 +76,9 @@ def server_binaries(request: pytest.FixtureRequest) -> Path:
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """A skipped half of the suite must not pass unnoticed among the dots."""
+    used = terminalreporter.config.stash.get(_used, None)
+    if used is not None:
+        terminalreporter.write_line(used)
     missing = terminalreporter.config.stash.get(_missing, [])
     if missing:
         terminalreporter.section("PostgreSQL did not run", sep="!", red=True, bold=True)
