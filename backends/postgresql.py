@@ -14,9 +14,13 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from queuecore import statements
 from queuecore.job import Job
+from queuecore.schema import jobs
 from queuecore.sqlqueue import DriverStep, Outcome, SQLQueue
 
 CHANNEL = "queuecore"
+_SEQUENCE = "pg_get_serial_sequence(:table, 'id')"
+_SEQUENCE_READ = sa.text(f"SELECT pg_sequence_last_value({_SEQUENCE}::regclass)")
+_SEQUENCE_WRITE = sa.text(f"SELECT setval({_SEQUENCE}, :value, true)")
 NOTIFY = select(func.pg_notify(CHANNEL, bindparam("payload")))
 
 
@@ -49,6 +53,16 @@ class PostgresQueue(SQLQueue):
                 f"{exc}; the PostgreSQL backend needs psycopg 3: "
                 "pip install 'queuecore[postgresql]'"
             ) from exc
+
+    @classmethod
+    def id_sequence(cls, conn: Connection) -> int:
+        """The id column's own sequence (bigserial); NULL until it handed out its first."""
+        return int(conn.execute(_SEQUENCE_READ, {"table": jobs.name}).scalar() or 0)
+
+    @classmethod
+    def advance_id_sequence(cls, conn: Connection, at_least: int) -> None:
+        if at_least >= 1 and cls.id_sequence(conn) < at_least:
+            conn.execute(_SEQUENCE_WRITE, {"table": jobs.name, "value": at_least})
 
     def _server_now(self) -> ColumnElement[float]:
         """The server's clock, read once per statement (an InitPlan): workers on several

@@ -15,7 +15,12 @@ from sqlalchemy import URL, Engine, event, make_url
 from sqlalchemy.dialects import sqlite
 
 from queuecore.errors import DatabaseBusyError, SQLiteBuildWarning
+from queuecore.schema import jobs
 from queuecore.sqlqueue import DriverStep, Outcome, SQLQueue
+
+_SEQUENCE_READ = sa.text("SELECT seq FROM sqlite_sequence WHERE name = :name")
+_SEQUENCE_WRITE = sa.text("UPDATE sqlite_sequence SET seq = :seq WHERE name = :name")
+_SEQUENCE_START = sa.text("INSERT INTO sqlite_sequence (name, seq) VALUES (:name, :seq)")
 
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 SQLITE_BUSY = 5
@@ -224,6 +229,19 @@ class SQLiteQueue(SQLQueue):
         self._patience = _Patience(
             str(self.engine.url.database), busy_timeout, self.engine.dialect.loaded_dbapi
         )
+
+    @classmethod
+    def id_sequence(cls, conn: sa.Connection) -> int:
+        """AUTOINCREMENT keeps the largest id ever handed out in sqlite_sequence."""
+        seq = conn.execute(_SEQUENCE_READ, {"name": jobs.name}).scalar()
+        return int(seq or 0)
+
+    @classmethod
+    def advance_id_sequence(cls, conn: sa.Connection, at_least: int) -> None:
+        if cls.id_sequence(conn) >= at_least:
+            return
+        if conn.execute(_SEQUENCE_WRITE, {"name": jobs.name, "seq": at_least}).rowcount == 0:
+            conn.execute(_SEQUENCE_START, {"name": jobs.name, "seq": at_least})
 
     def _prepare_hot_connection(self, conn: Any) -> None:
         """The hot path's detached connection runs its single statements in autocommit and

@@ -1,9 +1,12 @@
 """queuecore: a durable job queue on SQLAlchemy, on SQLite or PostgreSQL."""
 
 from queuecore.connect import connect
+from queuecore.copying import CopyReport, copy
 from queuecore.errors import (
+    CopyConflictError,
     DatabaseBusyError,
     DatabaseUnreachableError,
+    LiveLeasesError,
     NotMigratedError,
     OutcomeUnknownError,
     QueuecoreError,
@@ -20,6 +23,8 @@ from queuecore.worker import Worker
 
 __all__ = [
     "Completions",
+    "CopyConflictError",
+    "CopyReport",
     "DatabaseBusyError",
     "DatabaseUnreachableError",
     "Effect",
@@ -29,6 +34,7 @@ __all__ = [
     "JobSnapshot",
     "Lease",
     "Listener",
+    "LiveLeasesError",
     "NotMigratedError",
     "OutcomeUnknownError",
     "Permanent",
@@ -41,6 +47,7 @@ __all__ = [
     "UnknownBackendError",
     "Worker",
     "connect",
+    "copy",
     "current_lease",
     "migrate",
 ]

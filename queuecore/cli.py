@@ -10,6 +10,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -42,11 +43,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.command(args)
     except (UsageError, ValueError, TypeError) as exc:  # the library's bad-input errors (R22)
-        print(f"queuecore {args.subcommand}: {exc}", file=sys.stderr)
+        print(f"queuecore {args.subcommand}: {in_option_names(str(exc), parser)}", file=sys.stderr)
         return 2
     except (QueuecoreError, SQLAlchemyError, ImportError, OSError) as exc:
         print(f"queuecore {args.subcommand}: {_one_line(exc)}", file=sys.stderr)
         return 1
+
+
+def in_option_names(message: str, parser: argparse.ArgumentParser) -> str:
+    """The library names its parameters (`lease_seconds must be ...`); on the command line
+    the same value was given as an option (`--lease-seconds`), so say that instead."""
+    for dest, option in _options(parser).items():
+        message = re.sub(rf"(?<![\w-]){re.escape(dest)}(?= must\b|=)", option, message)
+    return message
+
+
+def _options(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """dest -> its long option, over every command and subcommand."""
+    found: dict[str, str] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found.update(_options(sub))
+        elif action.option_strings and action.dest not in ("help", "source", "target"):
+            found[action.dest] = max(action.option_strings, key=len)
+    return found
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -118,7 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
     purge.add_argument("--older-than", type=float, required=True, metavar="S")
     purge.add_argument("--states", type=_names, default=["done"], help="done,dead (default done)")
 
-    from queuecore import demo  # the demo's options live with the demo
+    from queuecore import copy_command, demo  # their options live with them
+
+    copy_command.add_arguments(command("copy", copy_command.main, help="move jobs between DSNs"))
 
     demo.add_arguments(command("demo", demo.main, help="watch the queue survive chaos"))
     return parser

@@ -128,6 +128,16 @@ class SQLQueue:
         in one transaction that takes the write lock up front. Every row is fetched."""
         raise NotImplementedError
 
+    @classmethod
+    def id_sequence(cls, conn: Connection) -> int:
+        """The last job id the table has handed out (0 before the first), purged ones too."""
+        raise NotImplementedError
+
+    @classmethod
+    def advance_id_sequence(cls, conn: Connection, at_least: int) -> None:
+        """Make the next id the table hands out greater than `at_least` (never lower it)."""
+        raise NotImplementedError
+
     def _complete_fenced(self, batch: Sequence[Job]) -> list[bool]:
         """Fenced completes of many jobs in one transaction (no effects): one statement
         per job; a backend may do it in one."""
