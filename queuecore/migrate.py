@@ -53,9 +53,12 @@ def current_revision(engine: Engine) -> str | None:
             context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
             return context.get_current_revision()
     except OperationalError as exc:
+        # The driver's hint ("Is the server running ...?") is on its own line: keep it, on one.
         dsn = engine.url.render_as_string(hide_password=True)
+        said = " ".join(str(exc.orig).split())
+        said += "" if said.endswith(("?", ".", "!")) else "."
         raise DatabaseUnreachableError(
-            f"cannot open the database {dsn}: {str(exc.orig).strip()}. "
+            f"cannot open the database {dsn}: {said} "
             "Check that the server is running (or the file's folder exists) and the DSN is right."
         ) from exc
 
