@@ -243,6 +243,29 @@ class SQLiteQueue(SQLQueue):
         if conn.execute(_SEQUENCE_WRITE, {"name": jobs.name, "seq": at_least}).rowcount == 0:
             conn.execute(_SEQUENCE_START, {"name": jobs.name, "seq": at_least})
 
+    def _insert_deduplicated(self, conn: sa.Connection, stmt: Any, row: dict[str, Any]) -> Any:
+        self._same_library(conn)
+        return super()._insert_deduplicated(conn, stmt, row)
+
+    def _insert_many(
+        self, conn: sa.Connection, stmt: Any, params: list[dict[str, Any]], queue: str
+    ) -> list[int]:
+        self._same_library(conn)
+        return super()._insert_many(conn, stmt, params, queue)
+
+    def _same_library(self, conn: sa.Connection) -> None:
+        """A caller's connection (`enqueue(conn=...)`) must run on the queue's SQLite library:
+        two libraries on one file in one process do not see each other's locks and can
+        corrupt it (sqlite.org/howtocorrupt.html, 2.2.1)."""
+        theirs, ours = conn.dialect.loaded_dbapi, self.engine.dialect.loaded_dbapi
+        if theirs is not ours:
+            raise ValueError(
+                f"this connection runs SQLite through {theirs.__name__}, the queue through "
+                f"{ours.__name__}: two SQLite libraries on one file in one process can corrupt "
+                "it. Use the queue's engine (queue.engine.begin()), or open the queue on "
+                "yours: queuecore.connect(engine)"
+            )
+
     def _prepare_hot_connection(self, conn: Any) -> None:
         """The hot path's detached connection runs its single statements in autocommit and
         its multi-statement steps between its own BEGIN IMMEDIATE and COMMIT."""

@@ -21,14 +21,19 @@ from tests.pg_server import find_or_start_postgres, find_server_binaries
 
 REQUIRE_POSTGRES = os.environ.get("QUEUECORE_REQUIRE_POSTGRES") == "1"
 
+# The suite reads and writes its SQLite files behind the queue's back with plain engines
+# and sqlite3 connections, which use the stdlib's SQLite library. Two SQLite libraries on
+# one file in one process do not see each other's locks (sqlite.org/howtocorrupt.html,
+# 2.2.1), so queuecore runs on the stdlib's too, unless the run names another driver
+# (CI also runs the SQLite conformance half with QUEUECORE_SQLITE_DRIVER=pysqlite3).
+os.environ.setdefault("QUEUECORE_SQLITE_DRIVER", "sqlite3")
+
 _missing = pytest.StashKey[list[str]]()
 _used = pytest.StashKey[str]()
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    """Which SQLite the SQLite half runs on: queuecore's default pick (pysqlite3 when the
-    dev extra brought it, with its fixed SQLite; else the stdlib's), unless
-    QUEUECORE_SQLITE_DRIVER names one (=sqlite3 runs the suite on the stdlib's)."""
+    """Which SQLite the SQLite half runs on (QUEUECORE_SQLITE_DRIVER; sqlite3 unless set)."""
     from queuecore.backends.sqlite import pick_driver
 
     name, dbapi, _ = pick_driver(None)

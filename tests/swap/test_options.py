@@ -131,3 +131,21 @@ def test_engine_building_options_beside_an_engine_are_refused(tmp_path, option):
     with pytest.raises(TypeError, match=f"an Engine and '{option}'.*your own create_engine"):
         queuecore.connect(engine, **{option: "pysqlite3" if option == "sqlite_driver" else 3})
     engine.dispose()
+
+
+def test_a_connection_on_another_sqlite_library_is_refused_for_enqueue(tmp_path):
+    """Two SQLite libraries on one file in one process can corrupt it: refused, said why."""
+    dsn = f"sqlite:///{tmp_path / 'jobs.db'}"
+    app = sa.create_engine(dsn)  # the stdlib's sqlite3
+    with queuecore.connect(dsn, sqlite_driver="pysqlite3") as queue:
+        with pytest.raises(ValueError) as caught, app.begin() as conn:
+            queue.enqueue("a", {}, conn=conn)
+        assert str(caught.value).startswith(
+            "this connection runs SQLite through sqlite3.dbapi2, the queue through "
+            "pysqlite3.dbapi2: two SQLite libraries on one file in one process can corrupt it."
+        )
+        with pytest.raises(ValueError, match=r"queuecore\.connect\(engine\)"), app.begin() as c:
+            queue.enqueue_many("a", [{}], conn=c)
+        with queue.engine.begin() as conn:  # the queue's own engine: one library
+            assert queue.enqueue("a", {}, conn=conn).created
+    app.dispose()
