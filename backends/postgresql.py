@@ -19,11 +19,15 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from queuecore import statements
 from queuecore.job import Job
+from queuecore.schema import jobs
 from queuecore.sqlqueue import DriverStep, Outcome, SQLQueue
 
 log = logging.getLogger("queuecore")
 
 CHANNEL = "queuecore"
+_SEQUENCE = "pg_get_serial_sequence(:table, 'id')"
+_SEQUENCE_READ = sa.text(f"SELECT pg_sequence_last_value({_SEQUENCE}::regclass)")
+_SEQUENCE_WRITE = sa.text(f"SELECT setval({_SEQUENCE}, :value, true)")
 NOTIFY = select(func.pg_notify(CHANNEL, bindparam("payload")))
 #: Where migration 0003's trigger announces that an awaited job finished (its id).
 FINISHED_CHANNEL = "queuecore_finished"
@@ -34,6 +38,7 @@ class PostgresQueue(SQLQueue):
     """One round trip per claim and per complete: each is a single statement run in
     autocommit (R08's dead state is written by the claim that meets the row)."""
 
+    backend_options = frozenset({"notify"})
     _insert = staticmethod(postgresql.insert)
     returns_from_columns = True
     wait_pause_cap = 2.0  # the NOTIFY wakes a waiter; polling is only the fallback
@@ -48,7 +53,7 @@ class PostgresQueue(SQLQueue):
     @classmethod
     def create_engine(cls, bind: str | URL | Engine, **options: Any) -> Engine:
         if isinstance(bind, Engine):
-            return bind
+            return bind.execution_options(queuecore_postgresql=True)  # its pool, our options
         url = make_url(bind)
         if url.drivername == "postgresql":
             url = url.set(drivername="postgresql+psycopg")
@@ -59,6 +64,16 @@ class PostgresQueue(SQLQueue):
                 f"{exc}; the PostgreSQL backend needs psycopg 3: "
                 "pip install 'queuecore[postgresql]'"
             ) from exc
+
+    @classmethod
+    def id_sequence(cls, conn: Connection) -> int:
+        """The id column's own sequence (bigserial); NULL until it handed out its first."""
+        return int(conn.execute(_SEQUENCE_READ, {"table": jobs.name}).scalar() or 0)
+
+    @classmethod
+    def advance_id_sequence(cls, conn: Connection, at_least: int) -> None:
+        if at_least >= 1 and cls.id_sequence(conn) < at_least:
+            conn.execute(_SEQUENCE_WRITE, {"table": jobs.name, "value": at_least})
 
     def _server_now(self) -> ColumnElement[float]:
         """The server's clock, read once per statement (an InitPlan): workers on several

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -14,7 +15,12 @@ from sqlalchemy import URL, Engine, event, make_url
 from sqlalchemy.dialects import sqlite
 
 from queuecore.errors import DatabaseBusyError, SQLiteBuildWarning
+from queuecore.schema import jobs
 from queuecore.sqlqueue import DriverStep, Outcome, SQLQueue
+
+_SEQUENCE_READ = sa.text("SELECT seq FROM sqlite_sequence WHERE name = :name")
+_SEQUENCE_WRITE = sa.text("UPDATE sqlite_sequence SET seq = :seq WHERE name = :name")
+_SEQUENCE_START = sa.text("INSERT INTO sqlite_sequence (name, seq) VALUES (:name, :seq)")
 
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 SQLITE_BUSY = 5
@@ -36,19 +42,34 @@ def has_wal_reset_fix(version: tuple[int, ...]) -> bool:
     return backport is not None and version >= backport
 
 
-def _warn_if_unfixed(driver: str, dbapi: ModuleType) -> None:
+DRIVER_ENV = "QUEUECORE_SQLITE_DRIVER"
+#: Tried in this order when the caller names no driver: the first with the fix is used.
+FIXED_CANDIDATES = ("pysqlite3", "sqlite3")
+
+
+def _warn_if_unfixed(driver: str, dbapi: ModuleType, *, callers_engine: bool) -> None:
     version = tuple(dbapi.sqlite_version_info)
     if has_wal_reset_fix(version) or (driver, version) in _warned_builds:
         return
     _warned_builds.add((driver, version))
+    where = getattr(importlib.import_module(driver), "__file__", None) or "built in"
+    if callers_engine:
+        fix = (
+            "Make your engine on a fixed one: pip install 'queuecore[pysqlite3]' and "
+            "create_engine(url, module=pysqlite3.dbapi2), or give connect() the DSN."
+        )
+    else:
+        fix = (
+            "pip install 'queuecore[pysqlite3]' (a newer SQLite in a wheel); queuecore then "
+            "uses it by itself."
+        )
     warnings.warn(
-        f"SQLite {dbapi.sqlite_version} (through the {driver!r} driver) lacks the fix for the "
-        "WAL-reset bug (fixed in 3.51.3, 3.50.7 and 3.44.6): two connections writing or "
-        "checkpointing at the same instant can corrupt the database, which is exactly a "
-        "queue's pattern. Run on a fixed build: pip install 'queuecore[pysqlite3]' and "
-        "connect with sqlite_driver='pysqlite3' (it bundles a newer SQLite).",
+        f"SQLite {dbapi.sqlite_version} from the {driver!r} module ({where}) lacks the fix "
+        "for the WAL-reset bug (3.51.3, 3.50.7, 3.44.6): two connections writing or "
+        f"checkpointing at once, a queue's pattern, can corrupt the database. {fix} To keep "
+        f"this one and silence this warning: {DRIVER_ENV}={driver}.",
         SQLiteBuildWarning,
-        stacklevel=2,
+        stacklevel=4,
     )
 
 
@@ -59,6 +80,23 @@ def _load_driver(name: str) -> ModuleType:
     except ModuleNotFoundError as exc:
         hint = " (pip install 'queuecore[pysqlite3]')" if name == "pysqlite3" else ""
         raise ModuleNotFoundError(f"sqlite_driver={name!r} is not installed{hint}: {exc}") from exc
+
+
+def pick_driver(chosen: str | None) -> tuple[str, ModuleType, bool]:
+    """(name, module, whether a person chose it): the option, else $QUEUECORE_SQLITE_DRIVER,
+    else the first installed candidate whose SQLite has the WAL-reset fix, else the stdlib's.
+    A person's choice is theirs: it is never second-guessed with a warning."""
+    chosen = chosen or os.environ.get(DRIVER_ENV) or None
+    if chosen is not None:
+        return chosen, _load_driver(chosen), True
+    for name in FIXED_CANDIDATES:
+        try:
+            dbapi = importlib.import_module(f"{name}.dbapi2")
+        except ImportError:
+            continue
+        if has_wal_reset_fix(tuple(dbapi.sqlite_version_info)):
+            return name, dbapi, False
+    return "sqlite3", _load_driver("sqlite3"), False
 
 
 def _is_busy(exc: BaseException) -> bool:
@@ -107,9 +145,15 @@ class _Patience:
 class SQLiteQueue(SQLQueue):
     """WAL mode; every write transaction starts with BEGIN IMMEDIATE, so it waits for the
     write lock up front (busy timeout) instead of failing with "database is locked" when
-    it tries to upgrade a read lock halfway through."""
+    it tries to upgrade a read lock halfway through.
+
+    The queue's engine is an option copy (`Engine.execution_options`) of the one it was
+    given or made: it shares that engine's pool, and its BEGIN hook is its own, so a
+    caller's engine keeps its own transactions and pool settings untouched."""
 
     migrates_on_connect = True
+    backend_options = frozenset({"synchronous", "busy_timeout", "sqlite_driver"})
+    engine_options = frozenset({"sqlite_driver"})
     _insert = staticmethod(sqlite.insert)
 
     @classmethod
@@ -119,13 +163,13 @@ class SQLiteQueue(SQLQueue):
         *,
         synchronous: str = "NORMAL",
         busy_timeout: float = 30.0,
-        sqlite_driver: str = "sqlite3",
+        sqlite_driver: str | None = None,
         **options: Any,
     ) -> Engine:
         """`synchronous="NORMAL"` (the default) survives any application crash; only a
         power loss can take the last commits. `"FULL"` survives that too, several times slower.
-        `sqlite_driver` names an sqlite3-compatible module: "pysqlite3" brings its own,
-        newer SQLite library when the one Python was built with is affected by a known bug."""
+        `sqlite_driver` names an sqlite3-compatible module; by default the first of
+        pysqlite3 (which bundles a newer SQLite) and the stdlib's whose SQLite is fixed."""
         url = bind.url if isinstance(bind, Engine) else make_url(bind)
         if url.database in (None, "", ":memory:"):
             raise ValueError(
@@ -139,31 +183,32 @@ class SQLiteQueue(SQLQueue):
             raise ValueError(
                 f"busy_timeout must be a positive number of seconds, got {busy_timeout!r}"
             )
-        dbapi = _load_driver(sqlite_driver)
-        _warn_if_unfixed(sqlite_driver, dbapi)
-        engine = sa.create_engine(
-            url, module=dbapi, connect_args={"timeout": busy_timeout}, **options
-        )
-        patience = _Patience(url.database, busy_timeout, dbapi)
-
-        @event.listens_for(engine, "connect")
-        def _set_up(dbapi_connection: Any, _record: Any) -> None:
-            # Take BEGIN away from the driver so the "begin" hook below decides it.
-            dbapi_connection.isolation_level = None
-            cursor = dbapi_connection.cursor()
-            cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
-            patience.run(
-                "switching the database to WAL", lambda: cursor.execute("PRAGMA journal_mode = WAL")
+        if isinstance(bind, Engine):
+            base = bind
+            dbapi = bind.dialect.loaded_dbapi
+            driver = dbapi.__name__.split(".")[0]
+            chosen = bool(os.environ.get(DRIVER_ENV))
+        else:
+            driver, dbapi, chosen = pick_driver(sqlite_driver)
+            base = sa.create_engine(
+                url, module=dbapi, connect_args={"timeout": busy_timeout}, **options
             )
-            cursor.execute(f"PRAGMA synchronous = {mode}")
-            cursor.close()
+        if not chosen:
+            _warn_if_unfixed(driver, dbapi, callers_engine=isinstance(bind, Engine))
+        engine = base.execution_options(queuecore_sqlite=True)
+        patience = _Patience(url.database, busy_timeout, dbapi)
 
         @event.listens_for(engine, "begin")
         def _begin(conn: sa.Connection) -> None:
-            if conn.get_execution_options().get("queuecore_read_only", False):
-                conn.exec_driver_sql("BEGIN")
-                return
+            # Once per DBAPI connection (its pool record's info outlives each checkout).
+            info = conn.connection.info
             driver_connection = conn.connection.dbapi_connection
+            if not info.get("queuecore_set_up"):
+                _set_up(driver_connection, busy_timeout, mode, patience)
+                info["queuecore_set_up"] = True
+            if conn.get_execution_options().get("queuecore_read_only", False):
+                driver_connection.execute("BEGIN")
+                return
             patience.run(
                 "waiting for the write lock (BEGIN IMMEDIATE)",
                 lambda: driver_connection.execute("BEGIN IMMEDIATE"),
@@ -171,11 +216,61 @@ class SQLiteQueue(SQLQueue):
 
         return engine
 
-    def __init__(self, bind: str | URL | Engine, *, busy_timeout: float = 30.0, **options: Any):
-        super().__init__(bind, busy_timeout=busy_timeout, **options)
+    def __init__(
+        self,
+        bind: str | URL | Engine,
+        *,
+        busy_timeout: float = 30.0,
+        synchronous: str = "NORMAL",
+        **options: Any,
+    ):
+        super().__init__(bind, busy_timeout=busy_timeout, synchronous=synchronous, **options)
+        self._busy_timeout, self._synchronous = busy_timeout, str(synchronous).upper()
         self._patience = _Patience(
             str(self.engine.url.database), busy_timeout, self.engine.dialect.loaded_dbapi
         )
+
+    @classmethod
+    def id_sequence(cls, conn: sa.Connection) -> int:
+        """AUTOINCREMENT keeps the largest id ever handed out in sqlite_sequence."""
+        seq = conn.execute(_SEQUENCE_READ, {"name": jobs.name}).scalar()
+        return int(seq or 0)
+
+    @classmethod
+    def advance_id_sequence(cls, conn: sa.Connection, at_least: int) -> None:
+        if cls.id_sequence(conn) >= at_least:
+            return
+        if conn.execute(_SEQUENCE_WRITE, {"name": jobs.name, "seq": at_least}).rowcount == 0:
+            conn.execute(_SEQUENCE_START, {"name": jobs.name, "seq": at_least})
+
+    def _insert_deduplicated(self, conn: sa.Connection, stmt: Any, row: dict[str, Any]) -> Any:
+        self._same_library(conn)
+        return super()._insert_deduplicated(conn, stmt, row)
+
+    def _insert_many(
+        self, conn: sa.Connection, stmt: Any, params: list[dict[str, Any]], queue: str
+    ) -> list[int]:
+        self._same_library(conn)
+        return super()._insert_many(conn, stmt, params, queue)
+
+    def _same_library(self, conn: sa.Connection) -> None:
+        """A caller's connection (`enqueue(conn=...)`) must run on the queue's SQLite library:
+        two libraries on one file in one process do not see each other's locks and can
+        corrupt it (sqlite.org/howtocorrupt.html, 2.2.1)."""
+        theirs, ours = conn.dialect.loaded_dbapi, self.engine.dialect.loaded_dbapi
+        if theirs is not ours:
+            raise ValueError(
+                f"this connection runs SQLite through {theirs.__name__}, the queue through "
+                f"{ours.__name__}: two SQLite libraries on one file in one process can corrupt "
+                "it. Use the queue's engine (queue.engine.begin()), or open the queue on "
+                "yours: queuecore.connect(engine)"
+            )
+
+    def _prepare_hot_connection(self, conn: Any) -> None:
+        """The hot path's detached connection runs its single statements in autocommit and
+        its multi-statement steps between its own BEGIN IMMEDIATE and COMMIT."""
+        conn.isolation_level = None
+        _set_up(conn, self._busy_timeout, self._synchronous, self._patience)
 
     def _run_on_driver(self, conn: Any, steps: Sequence[DriverStep]) -> list[Outcome]:
         """One statement runs in autocommit, which takes the write lock at its start like
@@ -199,6 +294,17 @@ class SQLiteQueue(SQLQueue):
             raise
         finally:
             cursor.close()
+
+
+def _set_up(driver_connection: Any, busy_timeout: float, mode: str, patience: _Patience) -> None:
+    """What every connection of the queue needs once, outside any transaction."""
+    cursor = driver_connection.cursor()
+    cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+    patience.run(
+        "switching the database to WAL", lambda: cursor.execute("PRAGMA journal_mode = WAL")
+    )
+    cursor.execute(f"PRAGMA synchronous = {mode}")
+    cursor.close()
 
 
 def _run(cursor: Any, sql: str, params: Any) -> Outcome:

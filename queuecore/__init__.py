@@ -1,10 +1,13 @@
 """queuecore: a durable job queue on SQLAlchemy, on SQLite or PostgreSQL."""
 
 from queuecore.connect import connect
+from queuecore.copying import CopyReport, copy
 from queuecore.errors import (
+    CopyConflictError,
     DatabaseBusyError,
     DatabaseUnreachableError,
     DedupeConflict,
+    LiveLeasesError,
     NotMigratedError,
     OutcomeUnknownError,
     QueuecoreError,
@@ -21,6 +24,8 @@ from queuecore.worker import Worker
 
 __all__ = [
     "Completions",
+    "CopyConflictError",
+    "CopyReport",
     "DatabaseBusyError",
     "DatabaseUnreachableError",
     "DedupeConflict",
@@ -32,6 +37,7 @@ __all__ = [
     "JobSnapshot",
     "Lease",
     "Listener",
+    "LiveLeasesError",
     "NotMigratedError",
     "OutcomeUnknownError",
     "Permanent",
@@ -44,6 +50,7 @@ __all__ = [
     "UnknownBackendError",
     "Worker",
     "connect",
+    "copy",
     "current_lease",
     "migrate",
 ]

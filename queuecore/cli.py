@@ -10,6 +10,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -19,7 +20,7 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from queuecore import validate
-from queuecore.connect import connect, to_url
+from queuecore.connect import connect
 from queuecore.errors import QueuecoreError
 from queuecore.migrate import migrate
 from queuecore.registry import RegistryNotFound, load_registry
@@ -42,11 +43,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.command(args)
     except (UsageError, ValueError, TypeError) as exc:  # the library's bad-input errors (R22)
-        print(f"queuecore {args.subcommand}: {exc}", file=sys.stderr)
+        print(f"queuecore {args.subcommand}: {in_option_names(str(exc), parser)}", file=sys.stderr)
         return 2
     except (QueuecoreError, SQLAlchemyError, ImportError, OSError) as exc:
         print(f"queuecore {args.subcommand}: {_one_line(exc)}", file=sys.stderr)
         return 1
+
+
+def in_option_names(message: str, parser: argparse.ArgumentParser) -> str:
+    """The library names its parameters (`lease_seconds must be ...`); on the command line
+    the same value was given as an option (`--lease-seconds`), so say that instead."""
+    for dest, option in _options(parser).items():
+        message = re.sub(rf"(?<![\w-]){re.escape(dest)}(?= must\b|=)", option, message)
+    return message
+
+
+def _options(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """dest -> its long option, over every command and subcommand."""
+    found: dict[str, str] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found.update(_options(sub))
+        elif action.option_strings and action.dest not in ("help", "source", "target"):
+            found[action.dest] = max(action.option_strings, key=len)
+    return found
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(command=run)
         return sub
 
-    _dsn(command("migrate", _migrate, help="create or upgrade queuecore's schema"), driver=False)
+    _dsn(command("migrate", _migrate, help="create or upgrade queuecore's schema"))
 
     worker = command("worker", _worker, help="run handlers for jobs until SIGTERM/SIGINT")
     worker.add_argument("registry", metavar="MODULE:REGISTRY", help="a mapping kind -> handler")
@@ -124,7 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--states", type=_names, default=["done"], help="done,dead,cancelled (default done)"
     )
 
-    from queuecore import demo  # the demo's options live with the demo
+    from queuecore import copy_command, demo  # their options live with them
+
+    copy_command.add_arguments(command("copy", copy_command.main, help="move jobs between DSNs"))
 
     demo.add_arguments(command("demo", demo.main, help="watch the queue survive chaos"))
 
@@ -144,18 +167,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _dsn(parser: argparse.ArgumentParser, *, driver: bool = True) -> None:
+def _dsn(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dsn",
         default=os.environ.get("QUEUECORE_DSN"),
         help="database URL (default: $QUEUECORE_DSN)",
     )
-    if driver:
-        parser.add_argument(
-            "--sqlite-driver",
-            metavar="MODULE",
-            help="SQLite only: the DB-API module, e.g. pysqlite3 for a newer SQLite",
-        )
+    parser.add_argument(
+        "--sqlite-driver",
+        metavar="MODULE",
+        help="SQLite only (ignored elsewhere): the DB-API module, sqlite3 or pysqlite3 "
+        "(default: pysqlite3 when installed with a fixed SQLite)",
+    )
 
 
 def _names(text: str) -> list[str]:
@@ -173,11 +196,12 @@ def _need_dsn(args: argparse.Namespace) -> str:
 
 def _open(args: argparse.Namespace, **options: Any) -> Any:
     dsn = _need_dsn(args)
-    if args.sqlite_driver:
-        if to_url(dsn).get_backend_name() != "sqlite":
-            raise UsageError("--sqlite-driver is for SQLite databases only")
-        options["sqlite_driver"] = args.sqlite_driver
-    return connect(dsn, **options)
+    return connect(dsn, **_driver(args), **options)
+
+
+def _driver(args: argparse.Namespace) -> dict[str, str]:
+    """--sqlite-driver, for every command whatever the DSN: other backends ignore it."""
+    return {"sqlite_driver": args.sqlite_driver} if args.sqlite_driver else {}
 
 
 def _one_line(exc: BaseException) -> str:
@@ -191,7 +215,7 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    revision = migrate(_need_dsn(args))
+    revision = migrate(_need_dsn(args), **_driver(args))
     print(f"queuecore schema is at revision {revision}")
     return 0
 

@@ -47,3 +47,12 @@ class DedupeConflict(QueuecoreError, ValueError):
 
 class SQLiteBuildWarning(UserWarning):
     """The SQLite library in use has a known bug that can corrupt a queue's database."""
+
+
+class CopyConflictError(QueuecoreError):
+    """`copy` found the target holding a different job under an id (or a dedupe key) of
+    the source's: copying would overwrite one of them or give one key two jobs."""
+
+
+class LiveLeasesError(QueuecoreError):
+    """`copy` found jobs running on the source under leases that have not ended."""

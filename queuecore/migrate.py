@@ -53,22 +53,29 @@ def current_revision(engine: Engine) -> str | None:
             context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
             return context.get_current_revision()
     except OperationalError as exc:
+        # The driver's hint ("Is the server running ...?") is on its own line: keep it, on one.
         dsn = engine.url.render_as_string(hide_password=True)
+        said = " ".join(str(exc.orig).split())
+        said += "" if said.endswith(("?", ".", "!")) else "."
         raise DatabaseUnreachableError(
-            f"cannot open the database {dsn}: {str(exc.orig).strip()}. "
+            f"cannot open the database {dsn}: {said} "
             "Check that the server is running (or the file's folder exists) and the DSN is right."
         ) from exc
 
 
-def migrate(bind: str | URL | Engine) -> str:
-    """Bring the database to the newest schema (alembic upgrade head); returns the revision."""
+def migrate(bind: str | URL | Engine, **options: Any) -> str:
+    """Bring the database to the newest schema (alembic upgrade head); returns the revision.
+    Takes connect()'s options; those that shape the engine (sqlite_driver, ...) are used."""
     if isinstance(bind, Engine):
         engine, owned = bind, False
     else:
-        from queuecore.connect import backend_for, to_url
+        from queuecore.connect import backend_for, installed_backends, to_url
+        from queuecore.options import for_engine
 
         url = to_url(bind)
-        engine, owned = backend_for(url).create_engine(url), True
+        backend = backend_for(url)
+        shaping = for_engine(backend, installed_backends(), options)
+        engine, owned = backend.create_engine(url, **shaping), True
     try:
         _refuse_newer(engine)
         command.upgrade(_config(engine), "head")

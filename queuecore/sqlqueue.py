@@ -105,6 +105,7 @@ class SQLQueue:
             **({"rng": rng} if rng is not None else {}),
         )
         self.engine = self.create_engine(bind, **engine_options)
+        self._owns_engine = not isinstance(bind, Engine)  # a caller's engine is theirs to dispose
         self._outage = Outage()  # for `reconnecting`: each outage logged once, not per retry
         self._local = threading.local()
         self._hot_connections: weakref.WeakSet[PoolProxiedConnection] = weakref.WeakSet()
@@ -152,6 +153,16 @@ class SQLQueue:
     def _run_on_driver(self, conn: Any, steps: Sequence[DriverStep]) -> list[Outcome]:
         """Run the steps on the DBAPI connection: one step on its own (autocommit), several
         in one transaction that takes the write lock up front. Every row is fetched."""
+        raise NotImplementedError
+
+    @classmethod
+    def id_sequence(cls, conn: Connection) -> int:
+        """The last job id the table has handed out (0 before the first), purged ones too."""
+        raise NotImplementedError
+
+    @classmethod
+    def advance_id_sequence(cls, conn: Connection, at_least: int) -> None:
+        """Make the next id the table hands out greater than `at_least` (never lower it)."""
         raise NotImplementedError
 
     def _complete_fenced(self, batch: Sequence[Job]) -> list[bool]:
@@ -729,7 +740,8 @@ class SQLQueue:
     def close(self) -> None:
         for raw in list(self._hot_connections):
             raw.close()
-        self.engine.dispose()
+        if self._owns_engine:
+            self.engine.dispose()
 
     def __enter__(self) -> SQLQueue:
         return self

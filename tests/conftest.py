@@ -21,7 +21,23 @@ from tests.pg_server import find_or_start_postgres, find_server_binaries
 
 REQUIRE_POSTGRES = os.environ.get("QUEUECORE_REQUIRE_POSTGRES") == "1"
 
+# The suite reads and writes its SQLite files behind the queue's back with plain engines
+# and sqlite3 connections, which use the stdlib's SQLite library. Two SQLite libraries on
+# one file in one process do not see each other's locks (sqlite.org/howtocorrupt.html,
+# 2.2.1), so queuecore runs on the stdlib's too, unless the run names another driver
+# (CI also runs the SQLite conformance half with QUEUECORE_SQLITE_DRIVER=pysqlite3).
+os.environ.setdefault("QUEUECORE_SQLITE_DRIVER", "sqlite3")
+
 _missing = pytest.StashKey[list[str]]()
+_used = pytest.StashKey[str]()
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Which SQLite the SQLite half runs on (QUEUECORE_SQLITE_DRIVER; sqlite3 unless set)."""
+    from queuecore.backends.sqlite import pick_driver
+
+    name, dbapi, _ = pick_driver(None)
+    return f"queuecore SQLite driver: {name} (SQLite {dbapi.sqlite_version})"
 
 
 def _no_postgres(config: pytest.Config, message: str) -> NoReturn:
@@ -41,6 +57,12 @@ def postgres_server(request: pytest.FixtureRequest) -> Iterator[str]:
                 request.config,
                 f"NO POSTGRESQL: the PostgreSQL half of the suite cannot run: {problem}",
             )
+        engine = sa.create_engine(dsn)
+        with engine.connect() as conn:
+            version = conn.exec_driver_sql("SHOW server_version").scalar()
+        engine.dispose()
+        shown = sa.make_url(dsn).render_as_string(hide_password=True)
+        request.config.stash[_used] = f"PostgreSQL used: {shown} (server {version})"
         yield dsn
 
 
@@ -59,6 +81,9 @@ def server_binaries(request: pytest.FixtureRequest) -> Path:
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """A skipped half of the suite must not pass unnoticed among the dots."""
+    used = terminalreporter.config.stash.get(_used, None)
+    if used is not None:
+        terminalreporter.write_line(used)
     missing = terminalreporter.config.stash.get(_missing, [])
     if missing:
         terminalreporter.section("PostgreSQL did not run", sep="!", red=True, bold=True)

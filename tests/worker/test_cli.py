@@ -38,7 +38,6 @@ def test_usage_errors_exit_2_and_say_what_to_do(capsys, dsn):
         main(["worker", "tests.worker.handlers:REGISTRY", "--dsn", dsn, "--concurrency", "0"]) == 2
     )
     assert main(["dead", "requeue", "--dsn", dsn]) == 2
-    assert main(["stats", "--dsn", UNREACHABLE[1], "--sqlite-driver", "pysqlite3"]) == 2
     assert main(["purge", "--dsn", dsn, "--older-than", "1", "--states", "queued"]) == 2
 
 

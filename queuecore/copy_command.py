@@ -1,0 +1,73 @@
+"""`queuecore copy --from DSN --to DSN`: the command around `queuecore.copy`, with a
+progress bar on a terminal (tqdm, from the `progress` extra)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from queuecore import copying
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--from", dest="source", required=True, metavar="DSN", help="copy from")
+    parser.add_argument("--to", dest="target", required=True, metavar="DSN", help="copy into")
+    parser.add_argument("--batch", type=int, default=1000, metavar="N", help="rows per commit")
+    parser.add_argument(
+        "--live-leases",
+        choices=("refuse", "keep"),
+        default="refuse",
+        help="jobs running under live leases on the source: refuse (default), or keep them "
+        "with their leases when their workers are gone for good",
+    )
+    parser.add_argument(
+        "--sqlite-driver",
+        metavar="MODULE",
+        help="SQLite only (ignored elsewhere): the DB-API module for either side",
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    options = {"sqlite_driver": args.sqlite_driver} if args.sqlite_driver else {}
+    bar = _progress_bar(args, options)
+    try:
+        report = copying.copy(
+            args.source,
+            args.target,
+            batch=args.batch,
+            live_leases=args.live_leases,
+            progress=None if bar is None else bar.update,
+            **options,
+        )
+    finally:
+        if bar is not None:
+            bar.close()
+    rate = report.seen / report.seconds if report.seconds > 0 else 0.0
+    print(
+        f"copied {report.copied} job(s) ({report.already_there} already on the target) in "
+        f"{report.seconds:.1f}s, {rate:,.0f} jobs/s; new jobs on the target get ids above "
+        f"{report.next_id}"
+    )
+    return 0
+
+
+def _progress_bar(args: argparse.Namespace, options: dict[str, Any]) -> Any:
+    if not sys.stderr.isatty():
+        return None
+    try:
+        from tqdm import tqdm
+    except ModuleNotFoundError:
+        print("(pip install 'queuecore[progress]' for a progress bar)", file=sys.stderr)
+        return None
+    # A terminal that reports no size (a bare pty) would get no bar at all.
+    size = os.get_terminal_size(sys.stderr.fileno())
+    total = copying.count(args.source, **options)
+    return tqdm(
+        total=total,
+        unit="job",
+        file=sys.stderr,
+        ncols=size.columns or 80,
+        nrows=size.lines or 24,
+    )

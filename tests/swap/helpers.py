@@ -1,0 +1,34 @@
+"""Databases for the swap tests: a pair for each direction, and a reading of every row."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+import queuecore
+from queuecore.schema import jobs
+
+DIRECTIONS = ("sqlite-to-postgresql", "postgresql-to-sqlite")
+
+
+def new_database(kind: str, request: pytest.FixtureRequest, tmp_path: Path, name: str) -> str:
+    """An empty, migrated database of this backend, private to the test."""
+    if kind == "sqlite":
+        dsn = f"sqlite:///{tmp_path / f'{name}.db'}"
+    else:
+        dsn = request.getfixturevalue("scratch_databases").create()
+    queuecore.migrate(dsn)
+    return dsn
+
+
+def rows(dsn: str) -> dict[int, dict[str, Any]]:
+    """Every column of every job (whatever columns the schema has), by id."""
+    engine = sa.create_engine(dsn)
+    try:
+        with engine.connect() as conn:
+            return {r.id: dict(r._mapping) for r in conn.execute(sa.select(*jobs.c))}
+    finally:
+        engine.dispose()
