@@ -454,6 +454,10 @@ def plan_of(args: argparse.Namespace) -> Plan:
 
 def main(argv: list[str] | None = None) -> int:
     """Measures, prints the tables and the targets; exits 1 when a target was missed."""
+    # The floors and huey run on the stdlib's sqlite3: queuecore (and every worker process
+    # it spawns) must too, not the pysqlite3 it would pick by default, to compare like
+    # with like.
+    os.environ.setdefault("QUEUECORE_SQLITE_DRIVER", "sqlite3")
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.only == "postgresql" and args.no_postgres:
