@@ -27,6 +27,7 @@ from queuecore.table import render
 from queuecore.worker import Worker, first_line
 
 STATS_COLUMNS = ("queued", "running", "ready_now", "oldest_ready_age_s", "dead")
+KIND_STATS_COLUMNS = STATS_COLUMNS[:-1]
 
 
 class UsageError(Exception):
@@ -257,7 +258,17 @@ def _stats(args: argparse.Namespace) -> int:
     rows = [[name, *(s[c] for c in STATS_COLUMNS)] for name, s in sorted(stats["queues"].items())]
     rows.append(["(all)", *(stats[c] for c in STATS_COLUMNS)])
     print(render(["queue", "queued", "running", "ready now", "oldest ready (s)", "dead"], rows))
+    print(f"\n{_kinds_table(stats['kinds'])}")
     return 0
+
+
+def _kinds_table(kinds: dict[str, dict[str, Any]]) -> str:
+    """Live jobs per kind: a kind whose ready jobs only grow is one no running worker
+    has a handler for (W2: workers claim only the kinds they know)."""
+    if not kinds:
+        return "no live jobs of any kind"
+    rows = [[kind, *(s[c] for c in KIND_STATS_COLUMNS)] for kind, s in sorted(kinds.items())]
+    return render(["kind", "queued", "running", "ready now", "oldest ready (s)"], rows)
 
 
 def _dead_list(args: argparse.Namespace) -> int:

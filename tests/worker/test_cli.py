@@ -67,10 +67,16 @@ def test_stats_json_counts_per_queue_and_overall(capsys, queue, dsn):
     assert stats["queues"]["mail"]["queued"] == 2
     assert stats["queues"]["reports"]["dead"] == 1
 
+    assert stats["kinds"]["a"]["ready_now"] == 2  # W2: ready jobs per kind
+    assert "b" not in stats["kinds"]  # dead: no longer live
+
     assert main(["stats", "--dsn", dsn]) == 0
     table = capsys.readouterr().out
     assert table.splitlines()[0].split()[:3] == ["queue", "queued", "running"]
     assert "(all)" in table
+    [kinds_header, _, a_row] = table.split("\n\n")[1].splitlines()[:3]
+    assert kinds_header.split()[:4] == ["kind", "queued", "running", "ready"]
+    assert a_row.split()[:4] == ["a", "2", "0", "2"]
 
 
 def test_dead_list_and_requeue(capsys, queue, dsn):
