@@ -23,8 +23,10 @@ from queuecore.connect import connect, to_url
 from queuecore.errors import QueuecoreError
 from queuecore.migrate import migrate
 from queuecore.registry import RegistryNotFound, load_registry
+from queuecore.supervisor import HandlerProcesses
 from queuecore.table import render
-from queuecore.worker import Worker, first_line
+from queuecore.worker import Worker
+from queuecore.worklog import LOG_FORMAT, first_line
 
 STATS_COLUMNS = ("queued", "running", "ready_now", "oldest_ready_age_s", "dead")
 KIND_STATS_COLUMNS = STATS_COLUMNS[:-1]
@@ -184,10 +186,7 @@ def _worker(args: argparse.Namespace) -> int:
     except RegistryNotFound as exc:
         raise UsageError(str(exc)) from exc
     validate.at_least("--concurrency", args.concurrency, 1)  # before it sizes the pool
-    logging.basicConfig(
-        level=args.log_level,
-        format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s",
-    )
+    logging.basicConfig(level=args.log_level, format=LOG_FORMAT)
     logging.getLogger("alembic").setLevel(logging.WARNING)
     queue = _open(
         args,
@@ -209,6 +208,12 @@ def _worker(args: argparse.Namespace) -> int:
             exit_when_idle=args.exit_when_idle,
             ack_batch=args.ack_batch,
             ack_seconds=args.ack_ms / 1000,
+            handler_processes=HandlerProcesses(  # W7: a crash takes only its own job
+                args.registry,
+                args.dsn,
+                {"sqlite_driver": args.sqlite_driver} if args.sqlite_driver else {},
+                log_level=args.log_level,
+            ),
         ).run()
     finally:
         queue.close()

@@ -1,0 +1,135 @@
+"""The child side of a handler process (W7; `queuecore.supervisor` is the parent's):
+runs the jobs its worker sends, one at a time, and sends back what each came to.
+
+Its main thread runs handlers; a reader thread takes the worker's messages, so a lost
+lease reaches `current_lease().lost` while the handler runs (W3), and the end of the
+worker (its socket closing, even by SIGKILL) ends this process at once. SIGTERM and
+SIGINT are the worker's to handle (W4): a terminal's Ctrl-C reaches the whole process
+group, and the running handler must be let finish within the grace period.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue as stdlib_queue
+import signal
+import sys
+import threading
+from collections.abc import Callable, Mapping
+from multiprocessing.connection import Connection
+from typing import Any, TypeVar
+
+from queuecore.handling import Handler, Lease, Raised, Returned
+from queuecore.job import Job
+from queuecore.protocol import Effect, Queue
+from queuecore.reconnect import connection_lost
+from queuecore.slots import run_in_this_process
+from queuecore.worklog import LOG_FORMAT
+
+T = TypeVar("T")
+_supervisor: int | None = None
+
+
+def supervisor_pid() -> int | None:
+    """The worker process this handler process runs for; None outside a handler process.
+    For a handler that must act on its whole worker (e.g. freeze it in a test)."""
+    return _supervisor
+
+
+class Serving:
+    def __init__(
+        self, conn: Connection, handlers: Mapping[str, Handler], open_queue: Callable[[], Queue]
+    ) -> None:
+        self.conn = conn
+        self.handlers = handlers
+        self.open_queue = open_queue
+        self.queue: Queue | None = None
+        self.jobs: stdlib_queue.SimpleQueue[Job] = stdlib_queue.SimpleQueue()
+        self.current: Lease | None = None
+
+    def read(self) -> None:
+        """The worker's messages, until it goes away; then this process goes too."""
+        while True:
+            try:
+                message = self.conn.recv()
+            except (EOFError, OSError):
+                os._exit(0)
+            if message[0] == "job":
+                self.jobs.put(message[1])
+            elif message[0] == "lost":
+                lease = self.current
+                if lease is not None and lease.job.id == message[1]:
+                    lease.lost.set()
+
+    def serve(self) -> None:
+        while True:
+            job = self.jobs.get()
+            lease = self.current = Lease(job)
+            outcome = run_in_this_process(self.handlers, lease)
+            if isinstance(outcome, Raised):
+                self.send_raised(outcome)
+            elif outcome.effect is None:
+                self.conn.send(("returned",))
+            else:
+                self.complete(job, outcome)
+            self.current = None
+
+    def complete(self, job: Job, outcome: Returned) -> None:
+        """Commit the effect with the completion here: a closure cannot be sent (R10)."""
+        self.conn.send(("completing",))
+        effect: Effect = outcome.effect  # type: ignore[assignment]
+        try:
+            queue = self.queue = self.queue or self.open_queue()
+            done = until_reachable(lambda: queue.complete(job, effect=effect))
+        except Exception as exc:  # the effect raised (rolled back), or the database did
+            self.send_raised(Raised.from_exception(exc))
+        else:
+            self.conn.send(("completed", done))
+
+    def send_raised(self, raised: Raised) -> None:
+        self.conn.send(("raised", raised.error, raised.retry_in, raised.permanent))
+
+
+def until_reachable(report: Callable[[], T]) -> T:
+    """As the worker's reporter: an outage is never the job's failure. The worker ends
+    this process if it gives up (a second stop signal)."""
+    pause = 0.05
+    while True:
+        try:
+            return report()
+        except Exception as exc:
+            if not connection_lost(exc):
+                raise
+        threading.Event().wait(pause)
+        pause = min(pause * 2, 1.0)
+
+
+def main(argv: list[str]) -> int:
+    global _supervisor
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _supervisor = os.getppid()
+    conn = Connection(int(argv[1]))
+    config: dict[str, Any] = conn.recv()
+    logging.basicConfig(level=config["log_level"], format=LOG_FORMAT)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+
+    from queuecore.connect import connect
+    from queuecore.registry import load_registry
+
+    handlers = load_registry(config["registry"])
+    serving = Serving(conn, handlers, lambda: connect(config["dsn"], **config["connect_options"]))
+    threading.Thread(target=serving.read, name="queuecore-from-worker", daemon=True).start()
+    conn.send(("ready",))
+    serving.serve()
+    return 0
+
+
+#: What a handler process runs: `main` of this module, not this module as __main__,
+#: whose globals (`supervisor_pid`) would be another copy than the handlers import.
+COMMAND = [
+    sys.executable,
+    "-c",
+    "import sys; from queuecore.handler_process import main; sys.exit(main(sys.argv))",
+]

@@ -1,0 +1,151 @@
+"""Handler processes (W7): each slot of a worker runs its handlers in a child process of
+its own, so a handler that kills its process (`os._exit`, SIGKILL, SIGSEGV, the OOM
+killer) takes only its own job with it. The worker, the supervising parent, keeps the
+claims, leases, listener and ack window; the child only runs handlers.
+
+The parent sends one job at a time and reads back what it came to. The child's socket
+closing is its death, seen at once: the job whose handler was running is failed then
+with an error naming the exit, instead of after its lease. A job whose outcome the
+child had sent is reported as usual: its handler had returned. An effect is a closure
+that cannot cross to the parent, so a child completes such a job itself (R10), and says
+so first: dying before that completion commits charges the job, as its effect is
+handler code too; a completion that did commit is kept by the fence.
+
+Messages (pickled tuples over a socket pair). To the child: ("job", Job), ("lost", id)
+when the parent's heartbeat lost the job's lease (W3); closing the socket stops it.
+From the child: ("ready",), then per job ("returned",) | ("raised", error, retry_in,
+permanent) | ("completing",) then ("completed", done) or ("raised", ...).
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+from queuecore.errors import QueuecoreError
+from queuecore.handler_process import COMMAND
+from queuecore.handling import Completed, Crashed, Lease, Outcome, Raised, Returned
+
+WATCH_SLICE = 0.1  # how often a running job's lost lease and its process are looked at
+
+
+class HandlerProcessError(QueuecoreError):
+    """A handler process could not start (its own output, above in the log, says why)."""
+
+
+@dataclass(frozen=True)
+class HandlerProcesses:
+    """How a worker starts the processes its handlers run in: each imports `registry`
+    (MODULE:NAME) itself, and connects with `dsn` and `connect_options` (plain values)
+    for the completions whose effects it commits."""
+
+    registry: str
+    dsn: str
+    connect_options: Mapping[str, Any] = field(default_factory=dict)
+    log_level: str = "INFO"
+
+
+class HandlerProcess:
+    """One slot's child process, started again after it died."""
+
+    def __init__(self, config: HandlerProcesses) -> None:
+        self.config = config
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._conn: Connection | None = None
+
+    def start(self) -> None:
+        if self._proc is not None:
+            return
+        ours, theirs = socket.socketpair()
+        with theirs:
+            fd = theirs.fileno()
+            self._proc = subprocess.Popen(
+                [*COMMAND, str(fd)],
+                pass_fds=[fd],
+                stdin=subprocess.DEVNULL,
+            )
+        self._conn = Connection(ours.detach())
+        config = self.config
+        self._conn.send(
+            {
+                "registry": config.registry,
+                "dsn": config.dsn,
+                "connect_options": dict(config.connect_options),
+                "log_level": config.log_level,
+            }
+        )
+        try:
+            ready = self._conn.recv()
+        except (EOFError, OSError):
+            ready = None
+        if ready != ("ready",):
+            exit_code = self._proc.wait()
+            self._forget()
+            raise HandlerProcessError(
+                f"a handler process for {config.registry} could not start "
+                f"({exit_text(exit_code)}); its output above says why"
+            )
+
+    def run(self, lease: Lease) -> Outcome:
+        assert self._proc is not None and self._conn is not None, "start() first"
+        proc, conn = self._proc, self._conn
+        doing = "its handler"
+        told_lost = False
+        try:
+            conn.send(("job", lease.job))
+            while True:
+                if not conn.poll(WATCH_SLICE):
+                    if lease.lost.is_set() and not told_lost:
+                        conn.send(("lost", lease.job.id))
+                        told_lost = True
+                    if proc.poll() is None:
+                        continue
+                    break  # dead, though something it started still holds its socket
+                message = conn.recv()
+                if message[0] == "returned":
+                    return Returned()
+                if message[0] == "raised":
+                    return Raised(*message[1:])
+                if message[0] == "completed":
+                    return Completed(message[1])
+                lease.reporting = True  # "completing": a heartbeat finding it done is no loss
+                doing = "its handler's effect (the completion did not commit)"
+        except (EOFError, OSError):
+            pass
+        exit_code = proc.wait()
+        self._forget()
+        return Crashed(f"the worker process running {doing} {exit_text(exit_code)}")
+
+    def close(self) -> None:
+        """Stop the child: it exits when its socket closes."""
+        proc, conn = self._proc, self._conn
+        self._forget()
+        if conn is not None:
+            conn.close()
+        if proc is not None:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def _forget(self) -> None:
+        if self._conn is not None and self._proc is not None and self._proc.poll() is not None:
+            self._conn.close()
+        self._proc = self._conn = None
+
+
+def exit_text(code: int) -> str:
+    """How a process ended, for a person: the signal's name, or the exit code."""
+    if code < 0:
+        try:
+            sig = signal.Signals(-code)
+        except ValueError:
+            return f"was killed by signal {-code}"
+        return f"was killed by {sig.name} ({signal.strsignal(sig) or sig.name})"
+    return f"exited with code {code}"
