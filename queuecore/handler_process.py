@@ -16,6 +16,7 @@ import queue as stdlib_queue
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
 from typing import Any, TypeVar
@@ -101,7 +102,7 @@ def until_reachable(report: Callable[[], T]) -> T:
         except Exception as exc:
             if not connection_lost(exc):
                 raise
-        threading.Event().wait(pause)
+        time.sleep(pause)
         pause = min(pause * 2, 1.0)
 
 
@@ -111,18 +112,22 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _supervisor = os.getppid()
     conn = Connection(int(argv[1]))
-    config: dict[str, Any] = conn.recv()
-    logging.basicConfig(level=config["log_level"], format=LOG_FORMAT)
-    logging.getLogger("alembic").setLevel(logging.WARNING)
+    try:
+        config: dict[str, Any] = conn.recv()
+        logging.basicConfig(level=config["log_level"], format=LOG_FORMAT)
+        logging.getLogger("alembic").setLevel(logging.WARNING)
 
-    from queuecore.connect import connect
-    from queuecore.registry import load_registry
+        from queuecore.connect import connect
+        from queuecore.registry import load_registry
 
-    handlers = load_registry(config["registry"])
-    serving = Serving(conn, handlers, lambda: connect(config["dsn"], **config["connect_options"]))
-    threading.Thread(target=serving.read, name="queuecore-from-worker", daemon=True).start()
-    conn.send(("ready",))
-    serving.serve()
+        handlers = load_registry(config["registry"])
+        options = config["connect_options"]
+        serving = Serving(conn, handlers, lambda: connect(config["dsn"], **options))
+        threading.Thread(target=serving.read, name="queuecore-from-worker", daemon=True).start()
+        conn.send(("ready",))
+        serving.serve()
+    except (EOFError, BrokenPipeError, ConnectionResetError):
+        pass  # the worker is gone (killed, say): so are the jobs it would send
     return 0
 
 

@@ -2,7 +2,9 @@
 waiting ones, the reporter lets them go, the lease keeper renews them all.
 
 A job is held from its claim until it was reported (or left to its lease); while its
-completion waits in the ack window it still counts as held, not as active.
+completion waits in the ack window it still counts as held, not as active. Leases, not
+job ids, are held: a job whose lease ran out can be claimed again by this very worker
+while its first run is still being reported.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from queuecore.job import Job
 class Holdings:
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._leases: dict[int, Lease] = {}  # every job held: waiting, running or acking
+        self._leases: set[Lease] = set()  # every job held: waiting, running or acking
         self._waiting: deque[Lease] = deque()  # claimed, not yet started
         self._acking = 0  # how many of the held jobs wait in the ack window
+        self._starting = 0  # slots whose handler process is starting: no job for them yet
         self._work = threading.Condition(self._lock)  # a job is waiting, or stopping
         #: The claimer should look again: a slot freed up, a notification, or a stop.
         self.wake = threading.Event()
@@ -29,7 +32,7 @@ class Holdings:
         with self._lock:
             for job in jobs:
                 lease = Lease(job)
-                self._leases[job.id] = lease
+                self._leases.add(lease)
                 self._waiting.append(lease)
             self._work.notify(len(jobs))
 
@@ -61,17 +64,25 @@ class Holdings:
     def let_go(self, lease: Lease, *, acked: bool = False) -> None:
         """The job was reported (or left to its lease): room for another claim."""
         with self._lock:
-            del self._leases[lease.job.id]
+            self._leases.remove(lease)
             if acked:
                 self._acking -= 1
         self.wake.set()
 
+    def starting(self, slots: int) -> None:
+        """`slots` more (or, negative, fewer) slots are starting a handler process: no job
+        is claimed for them meanwhile, so none waits under a lease for a start-up."""
+        with self._lock:
+            self._starting += slots
+        self.wake.set()
+
     def room(self, active_limit: int, held_limit: int) -> int:
-        """How many more jobs to claim: until `active_limit` run or wait for a slot, and
-        never more than `held_limit` held, ack window included."""
+        """How many more jobs to claim: until `active_limit` run or wait for a slot
+        (minus the slots still starting), and never more than `held_limit` held, ack
+        window included."""
         with self._lock:
             return min(
-                active_limit - (len(self._leases) - self._acking),
+                active_limit - self._starting - (len(self._leases) - self._acking),
                 held_limit - len(self._leases),
             )
 
@@ -82,4 +93,4 @@ class Holdings:
 
     def leases(self) -> list[Lease]:
         with self._lock:
-            return list(self._leases.values())
+            return list(self._leases)

@@ -4,13 +4,19 @@ thread hands every job it takes to its runner and reports the outcome it gets ba
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Protocol
 
 from queuecore.handling import Handler, Lease, Outcome, Raised, Returned, outcome_of
+from queuecore.holdings import Holdings
+from queuecore.reporter import Reporter
 
 
 class Runner(Protocol):
+    @property
+    def started(self) -> bool: ...
+
     def start(self) -> None:
         """Be ready to run a job (start a handler process, if there is none)."""
         ...
@@ -23,6 +29,8 @@ class Runner(Protocol):
 class InThread:
     """The handler runs on the slot's thread, in the worker's process: no isolation, and
     nothing to start; what a `queuecore.Worker` does unless given handler processes."""
+
+    started = True
 
     def __init__(self, handlers: Mapping[str, Handler]) -> None:
         self.handlers = handlers
@@ -43,3 +51,36 @@ def run_in_this_process(handlers: Mapping[str, Handler], lease: Lease) -> Return
         known = ", ".join(sorted(handlers)) or "none"
         return Raised(f"no handler for kind {lease.job.kind!r} (this registry knows: {known})")
     return outcome_of(handler, lease)
+
+
+def run_slot(runner: Runner, holdings: Holdings, reporter: Reporter) -> None:
+    """One slot: a job at a time, until stopping. A runner that is not started (a handler
+    process, or one that died with its job) is started before the slot takes its next
+    job, and counts as starting meanwhile, so that no job is claimed for it (the worker
+    counted it before the slot's first start)."""
+    pending = not runner.started  # counted as starting by the worker, not yet started
+    try:
+        while True:
+            if not runner.started:
+                if not pending:
+                    holdings.starting(1)
+                    pending = True
+                try:
+                    runner.start()
+                finally:
+                    holdings.starting(-1)
+                    pending = False
+            lease = holdings.next_waiting()
+            if lease is None:
+                return
+            started = time.monotonic()
+            try:
+                outcome = runner.run(lease)
+            except BaseException:
+                holdings.let_go(lease)
+                raise
+            reporter.report(lease, outcome, started)
+    finally:
+        if pending:
+            holdings.starting(-1)
+        runner.close()

@@ -58,9 +58,11 @@ class HandlerProcess:
         self._proc: subprocess.Popen[bytes] | None = None
         self._conn: Connection | None = None
 
+    @property
+    def started(self) -> bool:
+        return self._proc is not None
+
     def start(self) -> None:
-        if self._proc is not None:
-            return
         ours, theirs = socket.socketpair()
         with theirs:
             fd = theirs.fileno()
@@ -94,7 +96,7 @@ class HandlerProcess:
     def run(self, lease: Lease) -> Outcome:
         assert self._proc is not None and self._conn is not None, "start() first"
         proc, conn = self._proc, self._conn
-        doing = "its handler"
+        doing = "the handler"
         told_lost = False
         try:
             conn.send(("job", lease.job))
@@ -114,12 +116,14 @@ class HandlerProcess:
                 if message[0] == "completed":
                     return Completed(message[1])
                 lease.reporting = True  # "completing": a heartbeat finding it done is no loss
-                doing = "its handler's effect (the completion did not commit)"
+                doing = "the handler's effect (the completion did not commit)"
         except (EOFError, OSError):
             pass
         exit_code = proc.wait()
         self._forget()
-        return Crashed(f"the worker process running {doing} {exit_text(exit_code)}")
+        return Crashed(
+            f"its handler process (pid {proc.pid}) {exit_text(exit_code)} while running {doing}"
+        )
 
     def close(self) -> None:
         """Stop the child: it exits when its socket closes."""

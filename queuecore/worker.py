@@ -35,7 +35,7 @@ from queuecore.listener import Wakeups
 from queuecore.protocol import Queue
 from queuecore.reporter import Reporter
 from queuecore.schedules import scheduler_threads
-from queuecore.slots import InThread, Runner
+from queuecore.slots import InThread, Runner, run_slot
 from queuecore.supervisor import HandlerProcess, HandlerProcesses
 from queuecore.worklog import log
 
@@ -195,9 +195,11 @@ class Worker:
 
     def _serve(self) -> None:
         self._reporter.start()
+        runners = [self._runner() for _ in range(self.concurrency)]
+        self._holdings.starting(sum(not runner.started for runner in runners))
         slots = [
-            threading.Thread(target=self._slot, args=(self._runner(),), name=f"queuecore-slot-{i}")
-            for i in range(self.concurrency)
+            threading.Thread(target=self._slot, args=(runner,), name=f"queuecore-slot-{i}")
+            for i, runner in enumerate(runners)
         ]
         helpers = [
             threading.Thread(
@@ -259,25 +261,12 @@ class Worker:
         return HandlerProcess(self.handler_processes)
 
     def _slot(self, runner: Runner) -> None:
-        """Run one job at a time until stopping; a handler process that died is started
-        again before the slot takes its next job. One that cannot start stops the worker."""
+        """A slot whose runner failed (a handler process that cannot start) stops the
+        worker, which then exits with that error."""
         try:
-            while True:
-                runner.start()
-                lease = self._holdings.next_waiting()
-                if lease is None:
-                    return
-                started = time.monotonic()
-                try:
-                    outcome = runner.run(lease)
-                except BaseException:
-                    self._holdings.let_go(lease)
-                    raise
-                self._reporter.report(lease, outcome, started)
+            run_slot(runner, self._holdings, self._reporter)
         except Exception as exc:
             log.error("a worker slot failed (%s): stopping the worker", exc)
             self._crash = self._crash or exc
             self._holdings.stopping.set()
             self._holdings.wake.set()
-        finally:
-            runner.close()
