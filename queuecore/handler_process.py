@@ -1,7 +1,14 @@
-"""The child side of a handler process (W7; `queuecore.supervisor` is the parent's):
-runs the jobs its worker sends, one at a time, and sends back what each came to.
+"""The child side of handler processes (W7; `queuecore.supervisor` is the worker's side).
 
-Its main thread runs handlers; a reader thread takes the worker's messages, so a lost
+One fork server per worker, started as a fresh interpreter, imports the registry and
+forks a handler process for each slot on the worker's request (and again after one died),
+so a worker with N slots starts two interpreters, not N + 1, and a crashed handler process
+is replaced in milliseconds. The fork server runs no thread and opens no database
+connection, so a fork inherits neither a held lock nor a connection in use (SQLite forbids
+carrying one across a fork). It sends the worker each child's socket, and reaps children.
+
+A handler process runs the jobs its worker sends, one at a time, and sends back what each
+came to. Its main thread runs handlers; a reader thread takes the worker's messages, so a lost
 lease reaches `current_lease().lost` while the handler runs (W3), and the end of the
 worker (its socket closing, even by SIGKILL) ends this process at once. SIGTERM and
 SIGINT are the worker's to handle (W4): a terminal's Ctrl-C reaches the whole process
@@ -14,11 +21,13 @@ import logging
 import os
 import queue as stdlib_queue
 import signal
+import socket
 import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
+from multiprocessing.reduction import send_handle
 from typing import Any, TypeVar
 
 from queuecore.handling import Handler, Lease, Raised, Returned
@@ -107,6 +116,7 @@ def until_reachable(report: Callable[[], T]) -> T:
 
 
 def main(argv: list[str]) -> int:
+    """The fork server: set up once, then fork handler processes when asked."""
     global _supervisor
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -122,17 +132,42 @@ def main(argv: list[str]) -> int:
 
         handlers = load_registry(config["registry"])
         options = config["connect_options"]
-        serving = Serving(conn, handlers, lambda: connect(config["dsn"], **options))
-        threading.Thread(target=serving.read, name="queuecore-from-worker", daemon=True).start()
         conn.send(("ready",))
-        serving.serve()
+        while True:
+            request = conn.recv()
+            if request[0] == "fork":
+                fork_handler_process(
+                    conn,
+                    lambda ours: Serving(ours, handlers, lambda: connect(config["dsn"], **options)),
+                )
+            else:  # ("wait", pid): the worker saw its socket close
+                _, status = os.waitpid(request[1], 0)
+                conn.send(("exited", os.waitstatus_to_exitcode(status)))
     except (EOFError, BrokenPipeError, ConnectionResetError):
-        pass  # the worker is gone (killed, say): so are the jobs it would send
+        pass  # the worker is gone (killed, say): its handler processes see it themselves
     return 0
 
 
-#: What a handler process runs: `main` of this module, not this module as __main__,
-#: whose globals (`supervisor_pid`) would be another copy than the handlers import.
+def fork_handler_process(server: Connection, serving: Callable[[Connection], Serving]) -> None:
+    child_end, worker_end = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:  # the handler process: it never returns from here
+        server.close()
+        worker_end.close()
+        try:
+            child = serving(Connection(child_end.detach()))
+            threading.Thread(target=child.read, name="queuecore-from-worker", daemon=True).start()
+            child.serve()
+        finally:
+            os._exit(0)  # no finalizers: nothing inherited is closed or flushed twice
+    child_end.close()
+    server.send(("forked", pid))
+    send_handle(server, worker_end.fileno(), _supervisor or os.getppid())
+    worker_end.close()
+
+
+#: What the fork server runs: `main` of this module, not this module as __main__, whose
+#: globals (`supervisor_pid`) would be another copy than the one the handlers import.
 COMMAND = [
     sys.executable,
     "-c",

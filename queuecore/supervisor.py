@@ -19,19 +19,22 @@ permanent) | ("completing",) then ("completed", done) or ("raised", ...).
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import socket
 import subprocess
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
+from multiprocessing.reduction import recv_handle
 from typing import Any
 
 from queuecore.errors import QueuecoreError
 from queuecore.handler_process import COMMAND
 from queuecore.handling import Completed, Crashed, Lease, Outcome, Raised, Returned
 
-WATCH_SLICE = 0.1  # how often a running job's lost lease and its process are looked at
+WATCH_SLICE = 0.1  # how often a running job's lease is looked at, to tell it was lost
 
 
 class HandlerProcessError(QueuecoreError):
@@ -50,52 +53,102 @@ class HandlerProcesses:
     log_level: str = "INFO"
 
 
-class HandlerProcess:
-    """One slot's child process, started again after it died."""
+class ForkServer:
+    """The worker's side of its fork server (`queuecore.handler_process`), shared by its
+    slots: started on first use, asked for a handler process, and for how one ended."""
 
     def __init__(self, config: HandlerProcesses) -> None:
         self.config = config
+        self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
         self._conn: Connection | None = None
 
-    @property
-    def started(self) -> bool:
-        return self._proc is not None
+    def fork(self) -> tuple[int, Connection]:
+        """A new handler process: its pid, and the socket to talk to it."""
+        with self._lock:
+            conn = self._conn or self._start()
+            try:
+                conn.send(("fork",))
+                _, pid = conn.recv()
+                return pid, Connection(recv_handle(conn))
+            except (EOFError, OSError) as exc:
+                raise self._failed("stopped") from exc
 
-    def start(self) -> None:
+    def wait(self, pid: int) -> int:
+        """How handler process `pid` ended, once its socket closed: its exit code, or minus
+        the number of the signal that killed it."""
+        with self._lock:
+            if self._conn is None:
+                raise HandlerProcessError("the fork server is not running")
+            try:
+                self._conn.send(("wait", pid))
+                return int(self._conn.recv()[1])
+            except (EOFError, OSError) as exc:
+                raise self._failed("stopped") from exc
+
+    def close(self) -> None:
+        """Stop the fork server; handler processes stop when their sockets close."""
+        with self._lock:
+            proc, conn, self._proc, self._conn = self._proc, self._conn, None, None
+        if conn is not None:
+            conn.close()
+        if proc is not None:
+            proc.wait()
+
+    def _start(self) -> Connection:
         ours, theirs = socket.socketpair()
         with theirs:
             fd = theirs.fileno()
             self._proc = subprocess.Popen(
-                [*COMMAND, str(fd)],
-                pass_fds=[fd],
-                stdin=subprocess.DEVNULL,
+                [*COMMAND, str(fd)], pass_fds=[fd], stdin=subprocess.DEVNULL
             )
-        self._conn = Connection(ours.detach())
+        conn = Connection(ours.detach())
         config = self.config
-        self._conn.send(
-            {
-                "registry": config.registry,
-                "dsn": config.dsn,
-                "connect_options": dict(config.connect_options),
-                "log_level": config.log_level,
-            }
-        )
         try:
-            ready = self._conn.recv()
+            conn.send(
+                {
+                    "registry": config.registry,
+                    "dsn": config.dsn,
+                    "connect_options": dict(config.connect_options),
+                    "log_level": config.log_level,
+                }
+            )
+            ready = conn.recv()
         except (EOFError, OSError):
             ready = None
         if ready != ("ready",):
-            exit_code = self._proc.wait()
-            self._forget()
-            raise HandlerProcessError(
-                f"a handler process for {config.registry} could not start "
-                f"({exit_text(exit_code)}); its output above says why"
-            )
+            conn.close()
+            raise self._failed("could not start")
+        self._conn = conn
+        return conn
+
+    def _failed(self, what: str) -> HandlerProcessError:
+        proc, self._proc, self._conn = self._proc, None, None
+        code = "" if proc is None else f" ({exit_text(proc.wait())})"
+        return HandlerProcessError(
+            f"the fork server of the handler processes for {self.config.registry} {what}"
+            f"{code}; its output above says why"
+        )
+
+
+class HandlerProcess:
+    """One slot's handler process, forked again after it died."""
+
+    def __init__(self, server: ForkServer) -> None:
+        self.server = server
+        self._pid: int | None = None
+        self._conn: Connection | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._conn is not None
+
+    def start(self) -> None:
+        self._pid, self._conn = self.server.fork()
 
     def run(self, lease: Lease) -> Outcome:
-        assert self._proc is not None and self._conn is not None, "start() first"
-        proc, conn = self._proc, self._conn
+        assert self._pid is not None and self._conn is not None, "start() first"
+        pid, conn = self._pid, self._conn
         doing = "the handler"
         told_lost = False
         try:
@@ -105,9 +158,7 @@ class HandlerProcess:
                     if lease.lost.is_set() and not told_lost:
                         conn.send(("lost", lease.job.id))
                         told_lost = True
-                    if proc.poll() is None:
-                        continue
-                    break  # dead, though something it started still holds its socket
+                    continue
                 message = conn.recv()
                 if message[0] == "returned":
                     return Returned()
@@ -119,29 +170,18 @@ class HandlerProcess:
                 doing = "the handler's effect (the completion did not commit)"
         except (EOFError, OSError):
             pass
-        exit_code = proc.wait()
-        self._forget()
-        return Crashed(
-            f"its handler process (pid {proc.pid}) {exit_text(exit_code)} while running {doing}"
-        )
+        self._pid = self._conn = None
+        conn.close()
+        code = self.server.wait(pid)
+        return Crashed(f"its handler process (pid {pid}) {exit_text(code)} while running {doing}")
 
     def close(self) -> None:
-        """Stop the child: it exits when its socket closes."""
-        proc, conn = self._proc, self._conn
-        self._forget()
-        if conn is not None:
+        """Stop the handler process: it exits when its socket closes."""
+        pid, conn, self._pid, self._conn = self._pid, self._conn, None, None
+        if conn is not None and pid is not None:
             conn.close()
-        if proc is not None:
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-    def _forget(self) -> None:
-        if self._conn is not None and self._proc is not None and self._proc.poll() is not None:
-            self._conn.close()
-        self._proc = self._conn = None
+            with contextlib.suppress(HandlerProcessError):
+                self.server.wait(pid)
 
 
 def exit_text(code: int) -> str:

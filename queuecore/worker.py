@@ -36,7 +36,7 @@ from queuecore.protocol import Queue
 from queuecore.reporter import Reporter
 from queuecore.schedules import scheduler_threads
 from queuecore.slots import InThread, Runner, run_slot
-from queuecore.supervisor import HandlerProcess, HandlerProcesses
+from queuecore.supervisor import ForkServer, HandlerProcess, HandlerProcesses
 from queuecore.worklog import log
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -103,6 +103,7 @@ class Worker:
         self.heartbeat_seconds = validate.positive_seconds("heartbeat_seconds", heartbeat_seconds)
         self.grace_seconds = validate.non_negative_seconds("grace_seconds", grace_seconds)
         self.handler_processes = handler_processes
+        self._fork_server = None if handler_processes is None else ForkServer(handler_processes)
         self._holdings = Holdings()
         self._hurry = threading.Event()  # a second stop: do not wait for running handlers
         self._finished = threading.Event()  # heartbeat and listener threads end
@@ -246,6 +247,8 @@ class Worker:
                 break
             self._hurry.wait(min(left, 0.05))
         self._reporter.close()  # the finished jobs' completions commit before the exit
+        if self._fork_server is not None:
+            self._fork_server.close()
         abandoned = len(self._holdings.leases())
         if abandoned:
             log.warning(
@@ -256,9 +259,9 @@ class Worker:
     # --- running jobs -------------------------------------------------------------------
 
     def _runner(self) -> Runner:
-        if self.handler_processes is None:
+        if self._fork_server is None:
             return InThread(self.handlers)
-        return HandlerProcess(self.handler_processes)
+        return HandlerProcess(self._fork_server)
 
     def _slot(self, runner: Runner) -> None:
         """A slot whose runner failed (a handler process that cannot start) stops the
