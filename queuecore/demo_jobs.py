@@ -85,7 +85,7 @@ def record(job: Job) -> Effect:
                 queue=job.queue,
                 kind=job.kind,
                 attempt=job.attempts,
-                pid=os.getpid(),
+                pid=supervisor_pid() or os.getpid(),  # the worker, not its handler process
             )
         )
 

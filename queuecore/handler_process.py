@@ -17,6 +17,7 @@ group, and the running handler must be let finish within the grace period.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue as stdlib_queue
@@ -38,6 +39,7 @@ from queuecore.slots import run_in_this_process
 from queuecore.worklog import LOG_FORMAT
 
 T = TypeVar("T")
+log = logging.getLogger("queuecore.worker")
 _supervisor: int | None = None
 
 
@@ -55,6 +57,7 @@ class Serving:
         self.handlers = handlers
         self.open_queue = open_queue
         self.queue: Queue | None = None
+        self.waiting_for_database = False
         self.jobs: stdlib_queue.SimpleQueue[Job] = stdlib_queue.SimpleQueue()
         self.current: Lease | None = None
 
@@ -85,12 +88,27 @@ class Serving:
                 self.complete(job, outcome)
             self.current = None
 
+    def connect(self) -> Queue:
+        """This process's own connection, for the completions with effects; opened at
+        start when the database can be reached, else when first needed, then retried
+        until it can (an outage is never the job's failure)."""
+        while self.queue is None:
+            try:
+                self.queue = self.open_queue()
+            except Exception as exc:
+                if not self.waiting_for_database:
+                    log.warning("cannot connect yet (%s); trying again", exc)
+                    self.waiting_for_database = True
+                time.sleep(1.0)
+        self.waiting_for_database = False
+        return self.queue
+
     def complete(self, job: Job, outcome: Returned) -> None:
         """Commit the effect with the completion here: a closure cannot be sent (R10)."""
         self.conn.send(("completing",))
         effect: Effect = outcome.effect  # type: ignore[assignment]
         try:
-            queue = self.queue = self.queue or self.open_queue()
+            queue = self.connect()
             done = until_reachable(lambda: queue.complete(job, effect=effect))
         except Exception as exc:  # the effect raised (rolled back), or the database did
             self.send_raised(Raised.from_exception(exc))
@@ -156,6 +174,9 @@ def fork_handler_process(server: Connection, serving: Callable[[Connection], Ser
         worker_end.close()
         try:
             child = serving(Connection(child_end.detach()))
+            with contextlib.suppress(Exception):  # unreachable now: connect() tries again
+                child.queue = child.open_queue()  # before "ready": no lease waits for it
+            child.conn.send(("ready",))
             threading.Thread(target=child.read, name="queuecore-from-worker", daemon=True).start()
             child.serve()
         finally:

@@ -13,10 +13,12 @@ from queuecore.worklog import describe, label, log
 
 
 def keep_leases(queue: Queue, holdings: Holdings, every: float, finished: threading.Event) -> None:
-    """Until `finished`: one round of heartbeats every `every` seconds."""
+    """Until `finished`: one round of heartbeats every `every` seconds. A job whose
+    outcome is being reported keeps its lease renewed too (its completion may take a
+    while on a busy database); a renewal that then finds it gone is that report's."""
     while not finished.wait(every):
         for lease in holdings.leases():
-            if lease.reporting or lease.lost.is_set():
+            if lease.lost.is_set():
                 continue
             try:
                 held = queue.heartbeat(lease.job)

@@ -62,6 +62,12 @@ class Reporter:
         if self.acks is not None:
             self.acks.close()
 
+    def describe(self) -> str:
+        """How completions are committed, for the worker's first log line."""
+        if self.acks is None:
+            return "each job completed at once"
+        return f"acks in batches of up to {self.acks.size} or {self.acks.max_wait * 1000:g} ms"
+
     def report(self, lease: Lease, outcome: Outcome, started: float) -> None:
         """Tell the queue what became of the job, then let go of it, unless its
         completion went to the ack window, which lets go of it once flushed."""

@@ -1,20 +1,24 @@
 """Handler processes (W7): each slot of a worker runs its handlers in a child process of
 its own, so a handler that kills its process (`os._exit`, SIGKILL, SIGSEGV, the OOM
 killer) takes only its own job with it. The worker, the supervising parent, keeps the
-claims, leases, listener and ack window; the child only runs handlers.
+claims, leases, listener and ack window; the children only run handlers. They are forked
+by the worker's fork server (`queuecore.handler_process`), which sends each one's socket.
 
-The parent sends one job at a time and reads back what it came to. The child's socket
+A slot sends one job at a time and reads back what it came to. The child's socket
 closing is its death, seen at once: the job whose handler was running is failed then
-with an error naming the exit, instead of after its lease. A job whose outcome the
-child had sent is reported as usual: its handler had returned. An effect is a closure
-that cannot cross to the parent, so a child completes such a job itself (R10), and says
-so first: dying before that completion commits charges the job, as its effect is
-handler code too; a completion that did commit is kept by the fence.
+with an error naming the exit (the fork server reaps the child and says how it ended),
+instead of after its lease. A job whose outcome the child had sent is reported as usual:
+its handler had returned. An effect is a closure that cannot cross to the parent, so a
+child completes such a job itself (R10), and says so first: dying before that
+completion commits charges the job, as its effect is handler code too; a completion that
+did commit is kept by the fence.
 
-Messages (pickled tuples over a socket pair). To the child: ("job", Job), ("lost", id)
-when the parent's heartbeat lost the job's lease (W3); closing the socket stops it.
-From the child: ("ready",), then per job ("returned",) | ("raised", error, retry_in,
-permanent) | ("completing",) then ("completed", done) or ("raised", ...).
+Messages (pickled tuples over socket pairs). To the fork server: the configuration, then
+("fork",) answered by ("forked", pid) and the child's socket, ("wait", pid) answered by
+("exited", code). A child says ("ready",) once it has its connection. To a child:
+("job", Job), ("lost", id) when the worker's heartbeat lost the job's lease (W3);
+closing its socket stops it. From a child, per job: ("returned",) | ("raised", error,
+retry_in, permanent) | ("completing",) then ("completed", done) or ("raised", ...).
 """
 
 from __future__ import annotations
@@ -144,7 +148,18 @@ class HandlerProcess:
         return self._conn is not None
 
     def start(self) -> None:
-        self._pid, self._conn = self.server.fork()
+        """Fork a handler process, and wait until it has its connection (or found the
+        database out of reach), so no claimed job waits for that."""
+        pid, conn = self.server.fork()
+        try:
+            ready = conn.recv()
+        except (EOFError, OSError):
+            ready = None
+        if ready != ("ready",):
+            conn.close()
+            code = self.server.wait(pid)
+            raise HandlerProcessError(f"a handler process (pid {pid}) {exit_text(code)} at start")
+        self._pid, self._conn = pid, conn
 
     def run(self, lease: Lease) -> Outcome:
         assert self._pid is not None and self._conn is not None, "start() first"

@@ -11,9 +11,7 @@ Each role has a module of its own, so another kind of worker can share the polic
 - `queuecore.leases`: one thread extends every held lease about every lease/3 (W3);
 - `queuecore.listener`: on PostgreSQL, NOTIFYs of new jobs wake the claimer (W6);
 - `queuecore.holdings`: the jobs held, which all of them share.
-
-`run()` on the main thread leaves that thread nothing to do but wait and receive
-SIGTERM/SIGINT: a signal handler can then never interrupt code that holds a lock.
+- `queuecore.signals`: SIGTERM and SIGINT stop it gracefully (W4).
 """
 
 from __future__ import annotations
@@ -35,12 +33,10 @@ from queuecore.listener import Wakeups
 from queuecore.protocol import Queue
 from queuecore.reporter import Reporter
 from queuecore.schedules import scheduler_threads
+from queuecore.signals import serve_until_signalled
 from queuecore.slots import InThread, Runner, run_slot
 from queuecore.supervisor import ForkServer, HandlerProcess, HandlerProcesses
 from queuecore.worklog import log
-
-SIGNALS = (signal.SIGTERM, signal.SIGINT)
-SIGNAL_CHECK_SECONDS = 0.2  # how long the main thread waits between looks for a signal
 
 
 class Worker:
@@ -151,21 +147,10 @@ class Worker:
 
     def run(self) -> None:
         """Work until `stop()`, SIGTERM/SIGINT (on the main thread) or `exit_when_idle`."""
-        if threading.current_thread() is not threading.main_thread():
-            self._serve()
+        if threading.current_thread() is threading.main_thread():
+            serve_until_signalled(self._serve_reporting, self._on_signal)
         else:
-            previous = {sig: signal.signal(sig, self._on_signal) for sig in SIGNALS}
-            try:
-                claimer = threading.Thread(target=self._serve_reporting, name="queuecore-claimer")
-                claimer.start()
-                # Not one long join(): the kernel may hand SIGTERM to any thread (it does
-                # when the process was stopped, say), and Python runs the handler only when
-                # the main thread next runs bytecode; a blocked join() would wait for ever.
-                while claimer.is_alive():
-                    claimer.join(SIGNAL_CHECK_SECONDS)
-            finally:
-                for sig, handler in previous.items():
-                    signal.signal(sig, handler)
+            self._serve()
         if self._crash is not None:
             raise self._crash
 
@@ -223,10 +208,7 @@ class Worker:
             ",".join(self.queues) if self.queues else "(all)",
             ",".join(self._claimer.kinds),
             self.heartbeat_seconds,
-            f"acks in batches of up to {self._reporter.acks.size} or "
-            f"{self._reporter.acks.max_wait * 1000:g} ms"
-            if self._reporter.acks
-            else "each job completed at once",
+            self._reporter.describe(),
         )
         try:
             self._claimer.run()

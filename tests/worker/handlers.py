@@ -60,3 +60,12 @@ def watch_lease(job: Job) -> None:
     Path(job.payload["started"]).touch()
     lost = current_lease().lost.wait(job.payload["seconds"])
     Path(job.payload["seen"]).write_text("lost" if lost else "kept")
+
+
+#: A second application's registry on the same database: it knows only this kind.
+REPORTS = Registry()
+
+
+@REPORTS.handler("sales_report")
+def sales_report(job: Job) -> Effect:
+    return record(job)
