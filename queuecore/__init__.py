@@ -20,6 +20,7 @@ from queuecore.job import Completions, EnqueueResult, Job, JobSnapshot
 from queuecore.migrate import migrate
 from queuecore.protocol import Effect, Listener, Queue
 from queuecore.registry import Registry
+from queuecore.supervisor import HandlerProcesses
 from queuecore.worker import Worker
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "Effect",
     "EnqueueResult",
     "Handler",
+    "HandlerProcesses",
     "Job",
     "JobSnapshot",
     "Lease",

@@ -24,10 +24,13 @@ from queuecore.connect import connect
 from queuecore.errors import QueuecoreError
 from queuecore.migrate import migrate
 from queuecore.registry import RegistryNotFound, load_registry
+from queuecore.supervisor import HandlerProcesses
 from queuecore.table import render
-from queuecore.worker import Worker, first_line
+from queuecore.worker import Worker
+from queuecore.worklog import LOG_FORMAT, first_line
 
 STATS_COLUMNS = ("queued", "running", "ready_now", "oldest_ready_age_s", "dead", "cancelled")
+KIND_STATS_COLUMNS = ("queued", "running", "ready_now", "oldest_ready_age_s")
 
 
 class UsageError(Exception):
@@ -227,10 +230,7 @@ def _worker(args: argparse.Namespace) -> int:
     except RegistryNotFound as exc:
         raise UsageError(str(exc)) from exc
     validate.at_least("--concurrency", args.concurrency, 1)  # before it sizes the pool
-    logging.basicConfig(
-        level=args.log_level,
-        format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s",
-    )
+    logging.basicConfig(level=args.log_level, format=LOG_FORMAT)
     logging.getLogger("alembic").setLevel(logging.WARNING)
     queue = _open(
         args,
@@ -254,6 +254,12 @@ def _worker(args: argparse.Namespace) -> int:
             ack_batch=args.ack_batch,
             ack_seconds=args.ack_ms / 1000,
             observer=observer,
+            handler_processes=HandlerProcesses(  # W7: a crash takes only its own job
+                args.registry,
+                args.dsn,
+                {"sqlite_driver": args.sqlite_driver} if args.sqlite_driver else {},
+                log_level=args.log_level,
+            ),
         ).run()
     finally:
         queue.close()
@@ -316,7 +322,17 @@ def _stats(args: argparse.Namespace) -> int:
     rows.append(["(all)", *(stats[c] for c in STATS_COLUMNS)])
     headers = ["queue", "queued", "running", "ready now", "oldest ready (s)", "dead", "cancelled"]
     print(render(headers, rows))
+    print(f"\n{_kinds_table(stats['kinds'])}")
     return 0
+
+
+def _kinds_table(kinds: dict[str, dict[str, Any]]) -> str:
+    """Live jobs per kind: a kind whose ready jobs only grow is one no running worker
+    has a handler for (W2: workers claim only the kinds they know)."""
+    if not kinds:
+        return "no live jobs of any kind"
+    rows = [[kind, *(s[c] for c in KIND_STATS_COLUMNS)] for kind, s in sorted(kinds.items())]
+    return render(["kind", "queued", "running", "ready now", "oldest ready (s)"], rows)
 
 
 def _dead_list(args: argparse.Namespace) -> int:

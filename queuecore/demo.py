@@ -345,7 +345,8 @@ def _verdict(
     finished = sum(1 for r in found if r["state"] in ("done", "dead"))
     lost = len(kinds) - len(found)
     unfinished = len(found) - finished
-    poison_kills = pool.exits[-signal.SIGKILL] - pool.killed
+    # A poison job kills only its handler process (W7); the worker it runs for goes on.
+    poison_kills = sum(r["attempts"] for r in found if r["kind"] == "poison")
     crashed = sum(n for code, n in pool.exits.items() if code != -signal.SIGKILL)
     # -SIGTERM: still starting up, before the worker's handler was in place; nothing claimed.
     unclean_stops = sum(1 for code in stop_codes if code not in (0, -signal.SIGTERM))
@@ -353,9 +354,9 @@ def _verdict(
     print("\n" + render([*headers, "result"], [v.row for v in judged]), file=out)
     print(
         f"\n{finished} of {len(kinds)} jobs finished in {elapsed:.1f}s: "
-        f"{finished / elapsed if elapsed else 0:.1f} jobs/s. Worker processes killed: "
-        f"{pool.killed} by the demo, {max(poison_kills, 0)} by poison jobs; "
-        f"{len(stop_codes)} stopped by SIGTERM at the end.",
+        f"{finished / elapsed if elapsed else 0:.1f} jobs/s. Worker processes killed by "
+        f"the demo: {pool.killed}; handler processes killed by poison jobs: about "
+        f"{poison_kills}; {len(stop_codes)} workers stopped by SIGTERM at the end.",
         file=out,
     )
     problems = [f"kind {v.row[0]} is not as expected" for v in judged if not v.passed]

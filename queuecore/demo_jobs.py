@@ -23,6 +23,7 @@ from typing import Any
 
 from sqlalchemy import BigInteger, Column, Connection, Engine, Index, Integer, MetaData, Table, Text
 
+from queuecore.handler_process import supervisor_pid
 from queuecore.handling import Retry, current_lease
 from queuecore.job import Job
 from queuecore.protocol import Effect
@@ -71,7 +72,7 @@ KINDS = (
     # Urgent, and arriving over the run: when its frozen worker's lease runs out it is first
     # in line, so another worker takes it over while the frozen one still holds it.
     Kind("stall", 0.04, True, 8, "freezes its worker past the lease on attempt 1", -1, 4.0),
-    Kind("poison", 0.03, False, 3, "kills its worker process (SIGKILL), every attempt"),
+    Kind("poison", 0.03, False, 3, "kills its handler process (SIGKILL), every attempt"),
     Kind("hopeless", 0.11, False, 3, "always raises"),
 )
 
@@ -84,7 +85,7 @@ def record(job: Job) -> Effect:
                 queue=job.queue,
                 kind=job.kind,
                 attempt=job.attempts,
-                pid=os.getpid(),
+                pid=supervisor_pid() or os.getpid(),  # the worker, not its handler process
             )
         )
 
@@ -138,20 +139,24 @@ _one_freeze_at_a_time = threading.Lock()
 
 
 def freeze_this_process(seconds: float) -> None:
-    """Stop the whole process, heartbeat thread included, as a VM pause or a long
-    stop-the-world would; a helper process thaws it after `seconds`.
+    """Stop the whole worker, heartbeat thread included, as a VM pause or a long
+    stop-the-world would: this process, and the worker it runs handlers for when it is a
+    handler process (W7); a helper process thaws them after `seconds`.
 
     One freeze at a time: two overlapping ones could end with both helpers' SIGCONTs
     spent before the second SIGSTOP lands, leaving the process stopped for good."""
+    frozen = [pid for pid in (supervisor_pid(), os.getpid()) if pid is not None]
     thaw = (
         "import contextlib, os, signal, time\n"
         f"time.sleep({seconds!r})\n"
-        "with contextlib.suppress(ProcessLookupError):  # killed while frozen\n"
-        f"    os.kill({os.getpid()}, signal.SIGCONT)\n"
+        f"for pid in {frozen!r}:\n"
+        "    with contextlib.suppress(ProcessLookupError):  # killed while frozen\n"
+        "        os.kill(pid, signal.SIGCONT)\n"
     )
     with _one_freeze_at_a_time:
         helper = subprocess.Popen([sys.executable, "-c", thaw], start_new_session=True)
-        os.kill(os.getpid(), signal.SIGSTOP)
+        for pid in frozen:  # the worker first: its heartbeats stop with this handler
+            os.kill(pid, signal.SIGSTOP)
         # The stop reaches every thread, this one included, only a moment later: wait for
         # the thaw so the handler cannot finish before it.
         helper.wait()

@@ -9,11 +9,15 @@ A handler is `fn(job)`. What it returns says how the job is completed (W1, R24):
 - `Done(result=..., effect=...)`: both;
 - any other value: the job's result, a JSON value that `get(id).result` hands back
   (a dict, as a Celery task returns, is a result, not a mistake).
+
+What a run came to is an `Outcome`, read here once for every way of running handlers
+(on the worker's threads, or in a handler process, W7): the worker only reports it.
 """
 
 from __future__ import annotations
 
 import threading
+import traceback
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -22,6 +26,7 @@ from typing import Any
 from queuecore import validate
 from queuecore.job import Job
 from queuecore.protocol import Effect
+from queuecore.sqlqueue import ERROR_TEXT_LIMIT
 
 Handler = Callable[[Job], object]
 
@@ -111,3 +116,74 @@ def completion_of(returned: object, *, max_result_bytes: int = DEFAULT_MAX_RESUL
     if done.result is not None:
         validate.result(done.result, max_bytes=max_result_bytes)
     return done
+
+
+# --- what a run came to -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Returned:
+    """The handler returned: complete the job with `result`, committing `effect` with it
+    (R10, R24)."""
+
+    effect: Effect | None = None
+    result: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Raised:
+    """The handler (or its effect) raised: fail the job, as the exception asks (W1).
+    Plain values, so a handler process can send it to its supervisor."""
+
+    error: str
+    retry_in: float | None = None
+    permanent: bool = False
+
+    @classmethod
+    def from_exception(cls, exc: BaseException) -> Raised:
+        return cls(
+            error_text(exc),
+            retry_in=exc.seconds if isinstance(exc, Retry) else None,
+            permanent=isinstance(exc, Permanent),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    """A handler process completed the job itself, its effect being a closure it cannot
+    send (R10): `done` is what the fenced complete answered."""
+
+    done: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Crashed:
+    """The process running the handler died with it (W7): fail the job at once, with an
+    error naming the exit, instead of waiting for its lease to run out."""
+
+    error: str
+
+
+Outcome = Returned | Raised | Completed | Crashed
+
+
+def outcome_of(
+    handler: Handler, lease: Lease, *, max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
+) -> Returned | Raised:
+    """Run the handler and read what it came to: the one place that interprets a
+    handler's return value or exception. A result that cannot be stored is the
+    handler's failure, its own job's alone."""
+    try:
+        done = run_handler(handler, lease, max_result_bytes=max_result_bytes)
+    except Exception as exc:
+        return Raised.from_exception(exc)
+    return Returned(done.effect, done.result)
+
+
+def error_text(exc: BaseException) -> str:
+    """What a person reading a dead job needs: the exception, then as much of the
+    traceback's end (where it was raised) as the stored error has room for."""
+    head = f"{type(exc).__name__}: {exc}"
+    trace = "".join(traceback.format_tb(exc.__traceback__))
+    room = ERROR_TEXT_LIMIT - len(head) - 1
+    return head if room <= 0 else f"{head}\n{trace[-room:]}"

@@ -42,7 +42,12 @@ class Queue(Protocol):
     ) -> list[int]: ...
 
     def claim(
-        self, worker: str, *, limit: int = 1, queues: Sequence[str] | None = None
+        self,
+        worker: str,
+        *,
+        limit: int = 1,
+        queues: Sequence[str] | None = None,
+        kinds: Sequence[str] | None = None,
     ) -> list[Job]: ...
 
     def complete(self, job: Job, *, effect: Effect | None = None, result: Any = None) -> bool:

@@ -185,7 +185,7 @@ class SQLQueue:
         self._stmt_dead_all = s.dead_jobs(now, by_queue=False)
         self._stmt_dead_in_queue = s.dead_jobs(now, by_queue=True)
         self._stmt_retire = s.retire(now)
-        self._plans: dict[tuple[bool, int | None], ClaimPlan] = {}
+        self._plans: dict[tuple[bool, int | None, int | None], ClaimPlan] = {}
         self._hot_complete = self._compile(self._stmt_complete)
         self._stmt_complete_result = s.complete_with_result(now)
         self._hot_complete_result = self._compile(self._stmt_complete_result)
@@ -309,24 +309,28 @@ class SQLQueue:
                 outcomes.append((len(rows), compiled.rows(rows, codes), codes))
         return outcomes
 
-    def _claim_plan(self, one: bool, queue_count: int | None) -> ClaimPlan:
+    def _claim_plan(
+        self, one: bool, queue_count: int | None, kind_count: int | None = None
+    ) -> ClaimPlan:
         """The claim's statements for this shape, compiled on first use."""
-        plan = self._plans.get((one, queue_count))
+        plan = self._plans.get((one, queue_count, kind_count))
         if plan is not None:
             return plan
         now = self._now
         claim = (
-            statements.claim_one(now, queue_count)
+            statements.claim_one(now, queue_count, kind_count)
             if one
-            else statements.claim(now, queue_count, ready_at=self.returns_from_columns)
+            else statements.claim(
+                now, queue_count, ready_at=self.returns_from_columns, kind_count=kind_count
+            )
         )
         steps: list[ClauseElement] = []
         order_step = not one and not self.returns_from_columns
         if order_step:
-            steps.append(statements.claim_order(now, queue_count))
+            steps.append(statements.claim_order(now, queue_count, kind_count))
         steps.append(claim)
         plan = ClaimPlan(tuple(self._compile(step) for step in steps), order_step)
-        self._plans[(one, queue_count)] = plan
+        self._plans[(one, queue_count, kind_count)] = plan
         return plan
 
     def _write(self) -> AbstractContextManager[Connection]:
@@ -446,7 +450,12 @@ class SQLQueue:
 
     @reconnecting(after_commit=True)
     def claim(
-        self, worker: str, *, limit: int = 1, queues: Sequence[str] | None = None
+        self,
+        worker: str,
+        *,
+        limit: int = 1,
+        queues: Sequence[str] | None = None,
+        kinds: Sequence[str] | None = None,
     ) -> list[Job]:
         validate.text("worker", worker)
         limit = validate.at_least("limit", limit, 1)
@@ -464,7 +473,15 @@ class SQLQueue:
             queue_count = len(names)
             for i, name in enumerate(names):
                 params[f"queue_{i}"] = validate.queue_name(name)
-        plan = self._claim_plan(limit == 1, queue_count)
+        kind_count = None
+        if kinds is not None:  # R23
+            wanted = [kinds] if isinstance(kinds, str) else list(dict.fromkeys(kinds))
+            if not wanted:
+                raise ValueError("kinds must name at least one kind, or be None for all")
+            kind_count = len(wanted)
+            for i, kind in enumerate(wanted):
+                params[f"kind_{i}"] = validate.kind(kind)
+        plan = self._claim_plan(limit == 1, queue_count, kind_count)
         handed: list[tuple[Any, ...]] = []
         while True:
             outcomes = self._execute([(step, params) for step in plan.steps])
@@ -666,12 +683,16 @@ class SQLQueue:
             dead = conn.execute(self._stmt_dead_counts).all()
             cancelled = conn.execute(self._stmt_cancelled_counts).all()
         per_queue: dict[str, dict[str, Any]] = {}
-        for name, state, count, ready_now, oldest in live:
-            entry = per_queue.setdefault(name, _empty_stats())
-            entry[state] += count
-            entry["ready_now"] += ready_now
-            if oldest is not None:
-                entry["oldest_ready_age_s"] = max(entry["oldest_ready_age_s"], float(oldest))
+        per_kind: dict[str, dict[str, Any]] = {}
+        for name, kind, state, count, ready_now, oldest in live:
+            entries = [per_queue.setdefault(name, _empty_stats())]
+            if state != "dead":  # dead by R08, not yet written: counted per queue only
+                entries.append(_kind_entry(per_kind, kind))
+            for entry in entries:
+                entry[state] += count
+                entry["ready_now"] += ready_now
+                if oldest is not None:
+                    entry["oldest_ready_age_s"] = max(entry["oldest_ready_age_s"], float(oldest))
         for name, count in dead:
             per_queue.setdefault(name, _empty_stats())["dead"] += count
         for name, count in cancelled:
@@ -686,6 +707,7 @@ class SQLQueue:
                 overall["oldest_ready_age_s"], entry["oldest_ready_age_s"]
             )
         overall["queues"] = per_queue
+        overall["kinds"] = per_kind
         return overall
 
     def purge(
@@ -791,6 +813,13 @@ def _same_work(row: Mapping[str, Any], existing: Any) -> None:
         raise DedupeConflict(row["dedupe_key"], existing.id, "kind")
     if existing.payload != json.loads(json.dumps(row["payload"])):
         raise DedupeConflict(row["dedupe_key"], existing.id, "payload")
+
+
+def _kind_entry(per_kind: dict[str, dict[str, Any]], kind: str) -> dict[str, Any]:
+    """Live jobs of one kind over all queues; dead ones are counted per queue only (the
+    dead-rows index has no kind, and counting finished rows by kind would scan them)."""
+    empty = {"queued": 0, "running": 0, "ready_now": 0, "oldest_ready_age_s": 0.0}
+    return per_kind.setdefault(kind, empty)
 
 
 def _empty_stats() -> dict[str, Any]:

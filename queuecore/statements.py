@@ -123,15 +123,21 @@ LIMIT = bindparam("limit")
 ONE = literal_column("1")
 
 
-def picked(now: Now, queue_count: int | None, limit: ColumnElement[int]) -> Select:
+def picked(
+    now: Now, queue_count: int | None, limit: ColumnElement[int], kind_count: int | None = None
+) -> Select:
     """R05: the ready jobs in claim order, at most `limit`, locked against other claims
     (`FOR UPDATE SKIP LOCKED`; SQLite drops it: its write lock already serialises claims).
 
-    `queue_count` names the queues filter's size (binds `queue_0` …), so each shape is
-    one fixed SQL string that can be compiled once and prepared by the server."""
+    `queue_count` names the queues filter's size (binds `queue_0` …), and `kind_count`
+    the kinds filter's (R23, binds `kind_0` …), so each shape is one fixed SQL string
+    that can be compiled once and prepared by the server. The kinds filter is checked
+    on the rows the live-rows index yields: no index of its own is needed (R19)."""
     stmt = select(jobs.c.id, jobs.c.visible_at).where(due(now))
     if queue_count is not None:
         stmt = stmt.where(jobs.c.queue.in_([bindparam(f"queue_{i}") for i in range(queue_count)]))
+    if kind_count is not None:
+        stmt = stmt.where(jobs.c.kind.in_([bindparam(f"kind_{i}") for i in range(kind_count)]))
     return (
         stmt.order_by(jobs.c.priority, jobs.c.visible_at, jobs.c.id)
         .limit(limit)
@@ -158,10 +164,10 @@ def _claimed(now: Now) -> dict[str, object]:
     }
 
 
-def claim_one(now: Now, queue_count: int | None) -> Update:
+def claim_one(now: Now, queue_count: int | None, kind_count: int | None = None) -> Update:
     """A one-job claim as `id = (SELECT … LIMIT 1)`: cheaper than a join on both dialects,
     and one row needs no order. The 1 is a literal, so PostgreSQL reuses one plan (ONE)."""
-    one = picked(now, queue_count, ONE).with_only_columns(jobs.c.id)
+    one = picked(now, queue_count, ONE, kind_count).with_only_columns(jobs.c.id)
     return (
         update(jobs)
         .where(jobs.c.id == one.scalar_subquery())
@@ -170,11 +176,13 @@ def claim_one(now: Now, queue_count: int | None) -> Update:
     )
 
 
-def claim(now: Now, queue_count: int | None, *, ready_at: bool) -> Update:
+def claim(
+    now: Now, queue_count: int | None, *, ready_at: bool, kind_count: int | None = None
+) -> Update:
     """R05/R06 in one statement for `limit` jobs. `ready_at` returns each job's
     `visible_at` from before the claim, for the caller to restore claim order; SQLite
     cannot return a column of another FROM table, so there `claim_order` runs first."""
-    chosen = picked(now, queue_count, LIMIT).subquery("picked")
+    chosen = picked(now, queue_count, LIMIT, kind_count).subquery("picked")
     returning = [*JOB_COLUMNS, jobs.c.state]
     if ready_at:
         returning.append(chosen.c.visible_at.label("ready_at"))
@@ -183,9 +191,9 @@ def claim(now: Now, queue_count: int | None, *, ready_at: bool) -> Update:
     )
 
 
-def claim_order(now: Now, queue_count: int | None) -> Select:
+def claim_order(now: Now, queue_count: int | None, kind_count: int | None = None) -> Select:
     """The ids `claim` is about to take, in claim order (SQLite, under its write lock)."""
-    return picked(now, queue_count, LIMIT).with_only_columns(jobs.c.id)
+    return picked(now, queue_count, LIMIT, kind_count).with_only_columns(jobs.c.id)
 
 
 def _held(now: Now) -> ColumnElement[bool]:
@@ -296,19 +304,21 @@ def requeue_dead(now: Now, *, by_id: bool) -> Update:
 
 
 def live_counts(now: Now) -> Select:
-    """Per queue and state: counts over live rows only (R16), served by the partial index."""
+    """Per queue, kind and state: counts over live rows only (R16), served by the partial
+    index. By kind too, so that a kind no worker serves shows up (W2)."""
     is_ready = ready(now)
     state = seen_state(now)  # a lease lost on the last attempt counts as dead (R08)
     return (
         select(
             jobs.c.queue,
+            jobs.c.kind,
             state,
             func.count(),
             func.count().filter(is_ready),
             now - func.min(jobs.c.visible_at).filter(is_ready),
         )
         .where(LIVE)
-        .group_by(jobs.c.queue, state)
+        .group_by(jobs.c.queue, jobs.c.kind, state)
     )
 
 

@@ -22,12 +22,18 @@ from typing import Any, Literal, Protocol
 
 from sqlalchemy import func, select
 
-from queuecore.handling import DEFAULT_MAX_RESULT_BYTES, Handler, Lease, Permanent, Retry
+from queuecore.handling import (
+    DEFAULT_MAX_RESULT_BYTES,
+    Handler,
+    Lease,
+    Permanent,
+    Retry,
+    error_text,
+)
 from queuecore.handling import run_handler as run_with_lease
 from queuecore.job import Job
 from queuecore.protocol import Effect, Queue
 from queuecore.schema import LIVE, jobs
-from queuecore.worker import error_text
 
 #: Where a `FakeClock` starts unless told: a fixed instant, so test runs repeat exactly.
 FAKE_START = 1_700_000_000.0

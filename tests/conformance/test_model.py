@@ -94,15 +94,20 @@ class Model:
 
     def stats(self) -> dict[str, Any]:
         per_queue: dict[str, dict[str, Any]] = {}
+        per_kind: dict[str, dict[str, Any]] = {}  # live jobs only (R23)
         for row in self.rows.values():
             if row.state == "done":
                 continue
-            entry = per_queue.setdefault(row.queue, empty_stats())
-            entry[row.state] += 1
-            if row.ready(self.now):
-                entry["ready_now"] += 1
-                age = self.now - row.visible_at
-                entry["oldest_ready_age_s"] = max(entry["oldest_ready_age_s"], age)
+            entries = [per_queue.setdefault(row.queue, empty_stats())]
+            if row.state != "dead":
+                kind_entry = {"queued": 0, "running": 0, "ready_now": 0, "oldest_ready_age_s": 0.0}
+                entries.append(per_kind.setdefault(row.kind, kind_entry))
+            for entry in entries:
+                entry[row.state] += 1
+                if row.ready(self.now):
+                    entry["ready_now"] += 1
+                    age = self.now - row.visible_at
+                    entry["oldest_ready_age_s"] = max(entry["oldest_ready_age_s"], age)
         overall = empty_stats()
         for entry in per_queue.values():
             for key in ("queued", "running", "ready_now", "dead", "cancelled"):
@@ -110,7 +115,7 @@ class Model:
             overall["oldest_ready_age_s"] = max(
                 overall["oldest_ready_age_s"], entry["oldest_ready_age_s"]
             )
-        return {**overall, "queues": per_queue}
+        return {**overall, "queues": per_queue, "kinds": per_kind}
 
 
 def empty_stats() -> dict[str, Any]:

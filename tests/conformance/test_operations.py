@@ -82,6 +82,8 @@ def test_r16_stats_per_queue_and_overall(make_queue, clock):
     assert queue.stats(queue="nowhere") == empty
     overall = queue.stats()
     assert overall.pop("queues") == {"a": a, "b": b, "d": d}
+    live = {key: overall[key] for key in ("queued", "running", "ready_now", "oldest_ready_age_s")}
+    assert overall.pop("kinds") == {"k": live}  # R23: one kind, every live job
     assert overall == {
         "queued": 3,
         "running": 2,

@@ -4,6 +4,7 @@ query plans of the real statements from `queuecore.statements`, never on timings
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ LEASES = "ix_queuecore_jobs_leases"
 DEAD = "ix_queuecore_jobs_dead"
 CANCELLED = "ix_queuecore_jobs_cancelled"
 PRIMARY_KEY = "primary key"
+KINDS = (None, 1, 2)  # R23: no kinds filter, one kind, two
 
 
 @dataclass(frozen=True)
@@ -121,10 +123,12 @@ def crowded(queue: SQLQueue, db: sa.Engine, clock: FakeClock) -> SQLQueue:
 def test_r19_every_claim_shape_reads_the_ready_index(
     crowded, make_queue, db, clock, backend, clock_source
 ):
-    """Every claim shape (one job or many; all queues, one, or several) as the queue sends
-    it. A one-job claim is one statement on both backends (R08's dead state is written by
-    the claim that meets the row, amended R08); SQLite's many-job claim lists the claim
-    order first, in the claim's transaction."""
+    """Every claim shape (one job or many; all queues, one, or several; any kind, one or
+    several, R23) as the queue sends it. A one-job claim is one statement on both backends
+    (R08's dead state is written by the claim that meets the row, amended R08); SQLite's
+    many-job claim lists the claim order first, in the claim's transaction. The finished
+    rows are of the kind named, so only the live-rows index can keep a kinds claim from
+    walking them."""
     queue = crowded if clock_source == "injected" else make_queue(clock=None)
     params = {
         "now": clock.now,
@@ -134,21 +138,22 @@ def test_r19_every_claim_shape_reads_the_ready_index(
         "claimant": "w",
         "queue_0": "q0",
         "queue_1": "q2",
+        "kind_0": "k",
+        "kind_1": "other",
     }
-    for one in (True, False):
-        for queue_count in (None, 1, 2):
-            steps = queue._claim_plan(one, queue_count).steps
-            with db.connect() as conn:
-                plans = [explain_sent(conn, step.sql, step.parameters(params)) for step in steps]
-            if one:
-                assert len(steps) == 1, [step.sql for step in steps]
-            for plan in plans:
-                assert plan.indexes and plan.indexes <= READY | {PRIMARY_KEY}, plan
-                assert not plan.full_scan, plan
-            # The claim and its order read the ready index; SQLite's plan is fixed by its
-            # statistics, PostgreSQL may choose to sort the few live rows of named queues.
-            picking = [plan for plan in plans if plan.indexes & READY]
-            assert picking and (backend == "postgresql" or not any(p.sorts for p in picking))
+    for one, queue_count, kind_count in itertools.product((True, False), (None, 1, 2), KINDS):
+        steps = queue._claim_plan(one, queue_count, kind_count).steps
+        with db.connect() as conn:
+            plans = [explain_sent(conn, step.sql, step.parameters(params)) for step in steps]
+        if one:
+            assert len(steps) == 1, [step.sql for step in steps]
+        for plan in plans:
+            assert plan.indexes and plan.indexes <= READY | {PRIMARY_KEY}, plan
+            assert not plan.full_scan, plan
+        # The claim and its order read the ready index; SQLite's plan is fixed by its
+        # statistics, PostgreSQL may choose to sort the few live rows of named queues.
+        picking = [plan for plan in plans if plan.indexes & READY]
+        assert picking and (backend == "postgresql" or not any(p.sorts for p in picking))
 
 
 def test_r08_reads_of_lost_leases_use_the_partial_indexes(crowded, db, clock):

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import ctypes
+import os
+import signal
 import time
 from pathlib import Path
 
-from queuecore import Job, Registry
+from queuecore import Job, Registry, current_lease
 from queuecore.demo_jobs import record
 from queuecore.protocol import Effect
 
@@ -29,4 +32,40 @@ def recorded(job: Job) -> Effect:
     """Says it ran (a file the test waits for), then returns the demo's ledger effect,
     which counts how many completions committed."""
     Path(job.payload["ran"]).touch()
+    return record(job)
+
+
+@REGISTRY.handler("noted")
+def noted(job: Job) -> None:
+    """Says it ran (a file the test waits for), and returns no effect."""
+    Path(job.payload["ran"]).touch()
+
+
+@REGISTRY.handler("crash")
+def crash(job: Job) -> None:
+    """Ends its own process the way the payload says, as a handler's bug or the kernel
+    would: SIGKILL (the OOM killer's signal), a segfault, or os._exit."""
+    how = job.payload["how"]
+    if how == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif how == "segfault":
+        ctypes.string_at(0)
+    os._exit(job.payload.get("code", 3))
+
+
+@REGISTRY.handler("watch-lease")
+def watch_lease(job: Job) -> None:
+    """Says it started, waits to hear that its lease was lost (W3), and writes down
+    whether it did."""
+    Path(job.payload["started"]).touch()
+    lost = current_lease().lost.wait(job.payload["seconds"])
+    Path(job.payload["seen"]).write_text("lost" if lost else "kept")
+
+
+#: A second application's registry on the same database: it knows only this kind.
+REPORTS = Registry()
+
+
+@REPORTS.handler("sales_report")
+def sales_report(job: Job) -> Effect:
     return record(job)

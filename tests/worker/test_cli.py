@@ -66,10 +66,16 @@ def test_stats_json_counts_per_queue_and_overall(capsys, queue, dsn):
     assert stats["queues"]["mail"]["queued"] == 2
     assert stats["queues"]["reports"]["dead"] == 1
 
+    assert stats["kinds"]["a"]["ready_now"] == 2  # W2: ready jobs per kind
+    assert "b" not in stats["kinds"]  # dead: no longer live
+
     assert main(["stats", "--dsn", dsn]) == 0
     table = capsys.readouterr().out
     assert table.splitlines()[0].split()[:3] == ["queue", "queued", "running"]
     assert "(all)" in table
+    [kinds_header, _, a_row] = table.split("\n\n")[1].splitlines()[:3]
+    assert kinds_header.split()[:4] == ["kind", "queued", "running", "ready"]
+    assert a_row.split()[:4] == ["a", "2", "0", "2"]
 
 
 def test_dead_list_and_requeue(capsys, queue, dsn):
@@ -118,7 +124,8 @@ def test_worker_process_runs_the_jobs_and_exits_0_when_idle(make_queue, dsn):
     )
     assert done.returncode == 0, done.stderr
     assert [queue.get(i).state for i in ids] == ["done"] * 3
-    assert "unknown" in queue.get(unknown).last_error
+    snap = queue.get(unknown)  # W2: no handler here, so never claimed
+    assert (snap.state, snap.attempts, snap.last_error) == ("queued", 0, None)
     assert done.stderr.count(" done in ") == 3  # one INFO line per outcome
 
 

@@ -115,12 +115,18 @@ def test_w1_retry_sets_the_next_delay(queue, clock):
     assert snap.visible_at.timestamp() == clock.now + 7
 
 
-def test_w2_a_kind_without_a_handler_is_retried_with_an_error_naming_it(queue):
-    job_id = queue.enqueue("invoice.send", {}).id
+def test_w2_a_kind_without_a_handler_is_never_claimed(queue):
+    unknown = queue.enqueue("invoice.send", {}, priority=-1).id
+    known = queue.enqueue("other", {}).id
     drain(queue, {"other": lambda job: None})
-    snap = queue.get(job_id)
-    assert (snap.state, snap.attempts) == ("queued", 1)
-    assert "invoice.send" in snap.last_error
+    snap = queue.get(unknown)
+    assert (snap.state, snap.attempts, snap.last_error, snap.worker) == ("queued", 0, None, None)
+    assert queue.get(known).state == "done"
+
+
+def test_w2_a_worker_needs_a_kind_to_claim(queue):
+    with pytest.raises(ValueError, match="at least one kind"):
+        Worker(queue, {})
 
 
 def test_w1_an_effect_that_raises_rolls_back_and_fails_the_job(queue, effect_rows):

@@ -1,0 +1,87 @@
+"""The claimer: asks the queue for as many jobs as there are free slots (plus prefetch),
+only of the kinds the worker has handlers for (W2, R23), and waits cheaply when there
+are none (W6): a short pause that grows to the poll interval, or the poll interval
+itself while notifications wake it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+from queuecore.holdings import Holdings
+from queuecore.observer import WorkerObserver
+from queuecore.protocol import Queue
+from queuecore.reconnect import connection_lost
+from queuecore.worklog import describe, log
+
+FIRST_IDLE_PAUSE = 0.05
+
+
+class Claimer:
+    def __init__(
+        self,
+        queue: Queue,
+        holdings: Holdings,
+        *,
+        name: str,
+        queues: Sequence[str] | None,
+        kinds: Sequence[str],
+        active_limit: int,
+        held_limit: int,
+        poll_interval: float,
+        exit_when_idle: float | None,
+        listening: Callable[[], bool],
+        observer: WorkerObserver,
+    ) -> None:
+        self.queue = queue
+        self.holdings = holdings
+        self.name = name
+        self.queues = queues
+        self.kinds = kinds
+        # The slots (and prefetch) kept busy, while the ack window may hold more leases;
+        # a window that grows past its size (a slow flush) holds claiming back.
+        self.active_limit = active_limit
+        self.held_limit = held_limit
+        self.poll_interval = poll_interval
+        self.exit_when_idle = exit_when_idle
+        self.listening = listening
+        self.observer = observer
+
+    def run(self) -> None:
+        """Claim until stopped, or until no job was ready for `exit_when_idle` seconds."""
+        holdings = self.holdings
+        pause = FIRST_IDLE_PAUSE
+        idle_since: float | None = None
+        while not holdings.stopping.is_set():
+            holdings.wake.clear()
+            room = holdings.room(self.active_limit, self.held_limit)
+            if room <= 0:
+                holdings.wake.wait()  # a slot frees up, or stop()
+                continue
+            try:
+                jobs = self.queue.claim(self.name, limit=room, queues=self.queues, kinds=self.kinds)
+            except Exception as exc:
+                if not connection_lost(exc):  # an outage the queue has logged already
+                    log.warning("claim failed (%s); trying again in %.1fs", describe(exc), pause)
+                else:
+                    self.observer.unreachable()
+                holdings.stopping.wait(pause)
+                pause = min(pause * 2, self.poll_interval)
+                continue
+            self.observer.claimed(len(jobs))
+            if jobs:
+                holdings.hand_out(jobs)
+                pause, idle_since = FIRST_IDLE_PAUSE, None
+                continue
+            wait = self.poll_interval if self.listening() else pause
+            if holdings.busy():
+                idle_since = None  # handlers still running: not idle
+            elif self.exit_when_idle is not None:
+                idle_since = idle_since or time.monotonic()
+                left = idle_since + self.exit_when_idle - time.monotonic()
+                if left <= 0:
+                    log.info("no work for %.1fs: exiting", self.exit_when_idle)
+                    return
+                wait = min(wait, left)
+            holdings.wake.wait(wait)
+            pause = min(pause * 2, self.poll_interval)

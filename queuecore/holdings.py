@@ -1,0 +1,96 @@
+"""Every job a worker holds, shared by its roles: the claimer adds jobs, slots take the
+waiting ones, the reporter lets them go, the lease keeper renews them all.
+
+A job is held from its claim until it was reported (or left to its lease); while its
+completion waits in the ack window it still counts as held, not as active. Leases, not
+job ids, are held: a job whose lease ran out can be claimed again by this very worker
+while its first run is still being reported.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+
+from queuecore.handling import Lease
+from queuecore.job import Job
+
+
+class Holdings:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._leases: set[Lease] = set()  # every job held: waiting, running or acking
+        self._waiting: deque[Lease] = deque()  # claimed, not yet started
+        self._acking = 0  # how many of the held jobs wait in the ack window
+        self._starting = 0  # slots whose handler process is starting: no job for them yet
+        self._work = threading.Condition(self._lock)  # a job is waiting, or stopping
+        #: The claimer should look again: a slot freed up, a notification, or a stop.
+        self.wake = threading.Event()
+        self.stopping = threading.Event()
+
+    def hand_out(self, jobs: list[Job]) -> None:
+        with self._lock:
+            for job in jobs:
+                lease = Lease(job)
+                self._leases.add(lease)
+                self._waiting.append(lease)
+            self._work.notify(len(jobs))
+
+    def next_waiting(self) -> Lease | None:
+        """The next claimed job for a free slot; None once stopping."""
+        with self._lock:
+            while not self._waiting and not self.stopping.is_set():
+                self._work.wait()
+            if self.stopping.is_set():
+                return None
+            return self._waiting.popleft()
+
+    def stop(self) -> list[Lease]:
+        """Stop handing out jobs; returns the ones claimed but not started."""
+        self.stopping.set()
+        self.wake.set()
+        with self._lock:
+            unstarted = list(self._waiting)
+            self._waiting.clear()
+            self._work.notify_all()
+        return unstarted
+
+    def acking(self) -> None:
+        """A held job's completion went to the ack window: its slot is free."""
+        with self._lock:
+            self._acking += 1
+        self.wake.set()
+
+    def let_go(self, lease: Lease, *, acked: bool = False) -> None:
+        """The job was reported (or left to its lease): room for another claim."""
+        with self._lock:
+            self._leases.remove(lease)
+            if acked:
+                self._acking -= 1
+        self.wake.set()
+
+    def starting(self, slots: int) -> None:
+        """`slots` more (or, negative, fewer) slots are starting a handler process: no job
+        is claimed for them meanwhile, so none waits under a lease for a start-up."""
+        with self._lock:
+            self._starting += slots
+        self.wake.set()
+
+    def room(self, active_limit: int, held_limit: int) -> int:
+        """How many more jobs to claim: until `active_limit` run or wait for a slot
+        (minus the slots still starting), and never more than `held_limit` held, ack
+        window included."""
+        with self._lock:
+            return min(
+                active_limit - self._starting - (len(self._leases) - self._acking),
+                held_limit - len(self._leases),
+            )
+
+    def busy(self) -> bool:
+        """Whether a job runs or waits for a slot (the ack window's do not count)."""
+        with self._lock:
+            return len(self._leases) > self._acking
+
+    def leases(self) -> list[Lease]:
+        with self._lock:
+            return list(self._leases)

@@ -1,0 +1,104 @@
+"""W7 with real `queuecore worker` processes: a handler that kills its process (SIGKILL,
+a segfault, os._exit) takes only its own job with it. That job is failed at once with an
+error naming the exit; the leases are 300 s long, so nothing but the worker seeing the
+crash can explain a prompt failure (no timing is asserted, only a generous deadline).
+Jobs whose handlers had returned are never charged, and the worker goes on."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from tests.worker.processes import queuecore_process, wait_until
+
+LONG_LEASE = ("--lease-seconds", "300")
+WORKER = ("worker", "tests.worker.handlers:REGISTRY", "--queues", "crash", *LONG_LEASE)
+FOREVER_MS = str(3600 * 1000)  # an ack wait that never runs out: only a stop flushes
+
+
+def settled(queue, job_id):
+    return lambda: queue.get(job_id).state in ("dead", "done")
+
+
+@pytest.mark.parametrize(
+    ("how", "named"),
+    [
+        ("sigkill", "was killed by SIGKILL"),
+        ("segfault", "was killed by SIGSEGV"),
+        ("exit", "exited with code 3"),
+    ],
+)
+def test_w7_a_handler_that_kills_its_process_is_failed_at_once_naming_the_exit(
+    make_queue, dsn, tmp_path, how, named
+):
+    queue = make_queue(clock=None)
+    returned = {
+        queue.enqueue("noted", {"ran": str(tmp_path / f"ran-{i}")}, queue="crash").id: (
+            tmp_path / f"ran-{i}"
+        )
+        for i in range(3)
+    }
+    crashing = queue.enqueue("crash", {"how": how}, queue="crash", priority=1, max_attempts=1).id
+    log = tmp_path / "worker.log"
+    window = ("--ack-batch", "1000", "--ack-ms", FOREVER_MS)
+    with queuecore_process(*WORKER, *window, "--dsn", dsn, log=log) as worker:
+        wait_until(settled(queue, crashing), worker, log, timeout=60)
+        snap = queue.get(crashing)
+        assert (snap.state, snap.attempts) == ("dead", 1), snap
+        assert named in snap.last_error and "handler process" in snap.last_error, snap.last_error
+        # The handlers that had returned wait in the window, uncharged and still held.
+        assert [queue.get(i).state for i in returned] == ["running"] * 3
+
+        ran = tmp_path / "ran-after"  # the worker goes on, in a new handler process
+        after = queue.enqueue("noted", {"ran": str(ran)}, queue="crash").id
+        wait_until(ran.exists, worker, log)
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=60) == 0, log.read_text()
+    for job_id in [*returned, after]:
+        snap = queue.get(job_id)
+        assert (snap.state, snap.attempts, snap.last_error) == ("done", 1, None), snap
+
+
+def test_w7_a_crash_with_attempts_left_is_retried_and_counted_once(make_queue, dsn, tmp_path):
+    queue = make_queue(clock=None)
+    crashing = queue.enqueue("crash", {"how": "exit", "code": 9}, queue="crash").id
+    log = tmp_path / "worker.log"
+    with queuecore_process(*WORKER, "--backoff-cap", "0.2", "--dsn", dsn, log=log) as worker:
+        crashes = lambda: log.read_text().count("exited with code 9")  # noqa: E731
+        wait_until(lambda: crashes() >= 2, worker, log, timeout=60)
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=60) == 0, log.read_text()
+    snap = queue.get(crashing)
+    assert snap.state in ("queued", "dead") and "exited with code 9" in snap.last_error, snap
+    assert snap.attempts == crashes()  # each crash charged one attempt, logged once
+
+
+def test_w3_a_handler_in_its_process_hears_that_its_lease_was_lost(make_queue, dsn, tmp_path):
+    lease = 1.0
+    queue = make_queue(clock=None, lease_seconds=lease)
+    started, seen = tmp_path / "started", tmp_path / "seen"
+    payload = {"started": str(started), "seen": str(seen), "seconds": 60}
+    job_id = queue.enqueue("watch-lease", payload, queue="crash").id
+    log = tmp_path / "worker.log"
+    leases = ("--lease-seconds", str(lease))
+    command = ("worker", "tests.worker.handlers:REGISTRY", "--queues", "crash", *leases)
+    with queuecore_process(*command, "--dsn", dsn, log=log) as worker:
+        wait_until(started.exists, worker, log)
+        worker.send_signal(signal.SIGSTOP)  # the worker, not its handler process, freezes
+        try:
+            stolen = []
+            deadline = time.monotonic() + 30
+            while not stolen and time.monotonic() < deadline:
+                time.sleep(lease / 2)
+                stolen = queue.claim("thief", queues=["crash"])
+            assert [j.id for j in stolen] == [job_id]
+        finally:
+            worker.send_signal(signal.SIGCONT)
+        wait_until(seen.exists, worker, log)
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=60) == 0, log.read_text()
+    assert seen.read_text() == "lost"
+    snap = queue.get(job_id)
+    assert (snap.state, snap.worker, snap.attempts) == ("running", "thief", 2)
