@@ -31,6 +31,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.reduction import send_handle
 from typing import Any, TypeVar
 
+from queuecore import tracing
 from queuecore.handling import Handler, Lease, Raised, Returned
 from queuecore.job import Job
 from queuecore.protocol import Effect, Queue
@@ -72,6 +73,7 @@ class Serving:
             try:
                 message = self.conn.recv()
             except (EOFError, OSError):
+                tracing.flush()
                 os._exit(0)
             if message[0] == "job":
                 self.jobs.put(message[1])
@@ -192,6 +194,7 @@ def fork_handler_process(server: Connection, serving: Callable[[Connection], Ser
             threading.Thread(target=child.read, name="queuecore-from-worker", daemon=True).start()
             child.serve()
         finally:
+            tracing.flush()
             os._exit(0)  # no finalizers: nothing inherited is closed or flushed twice
     child_end.close()
     server.send(("forked", pid))

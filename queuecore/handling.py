@@ -27,6 +27,7 @@ from queuecore import validate
 from queuecore.job import Job
 from queuecore.protocol import Effect
 from queuecore.sqlqueue import ERROR_TEXT_LIMIT
+from queuecore.tracing import handler_span
 
 Handler = Callable[[Job], object]
 
@@ -172,9 +173,11 @@ def outcome_of(
 ) -> Returned | Raised:
     """Run the handler and read what it came to: the one place that interprets a
     handler's return value or exception. A result that cannot be stored is the
-    handler's failure, its own job's alone."""
+    handler's failure, its own job's alone. The trace span (OpenTelemetry, when the
+    application traces) opens here, in the process the handler runs in."""
     try:
-        done = run_handler(handler, lease, max_result_bytes=max_result_bytes)
+        with handler_span(lease.job):
+            done = run_handler(handler, lease, max_result_bytes=max_result_bytes)
     except Exception as exc:
         return Raised.from_exception(exc)
     return Returned(done.effect, done.result)

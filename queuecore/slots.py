@@ -20,7 +20,6 @@ from queuecore.handling import (
 from queuecore.holdings import Holdings
 from queuecore.observer import WorkerObserver
 from queuecore.reporter import Reporter
-from queuecore.tracing import handler_span
 
 
 class Runner(Protocol):
@@ -61,14 +60,11 @@ def run_in_this_process(
     lease: Lease,
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
 ) -> Returned | Raised:
-    """Where the handler runs, on a thread or in a handler process: its trace span
-    (OpenTelemetry, when the application traces) is opened here, in that process."""
     handler = handlers.get(lease.job.kind)
     if handler is None:  # the registry changed after the claim: it asked for known kinds
         known = ", ".join(sorted(handlers)) or "none"
         return Raised(f"no handler for kind {lease.job.kind!r} (this registry knows: {known})")
-    with handler_span(lease.job):
-        return outcome_of(handler, lease, max_result_bytes=max_result_bytes)
+    return outcome_of(handler, lease, max_result_bytes=max_result_bytes)
 
 
 def run_slot(

@@ -344,7 +344,16 @@ def purge_batch(now: Now, state: ColumnElement[str]) -> Delete:
 
 
 #: What `enqueue` writes from its caller's values (the times come from the queue's clock).
-ENQUEUED = ("kind", "queue", "payload", "priority", "state", "attempts", "max_attempts")
+ENQUEUED = (
+    "kind",
+    "queue",
+    "payload",
+    "priority",
+    "state",
+    "attempts",
+    "max_attempts",
+    "trace_context",
+)
 
 
 def enqueue_one(times: dict[str, ColumnElement[float]]) -> Insert:
@@ -368,6 +377,7 @@ def enqueue_batch(now: Now, payloads: ColumnElement[object]) -> Insert:
         QUEUED,
         literal_column("0"),
         bindparam("max_attempts", type_=jobs.c.max_attempts.type),
+        bindparam("trace_context", type_=jobs.c.trace_context.type),
         now,
         now,
     ).order_by(elements.c.ordinality)

@@ -22,6 +22,8 @@ from queuecore.job import Job
 
 _API = "opentelemetry.trace"
 TRACER_NAME = "queuecore"
+#: How long a handler process waits for its last spans to be sent before it exits.
+FLUSH_MILLIS = 5_000
 
 
 def current_context() -> str | None:
@@ -64,3 +66,15 @@ def handler_span(job: Job) -> Iterator[None]:
         set_status_on_exception=True,
     ):
         yield
+
+
+def flush() -> None:
+    """Send the spans a batching exporter still holds: a handler process ends with
+    `os._exit` (W7), which runs no atexit hook, so an SDK cannot flush by itself."""
+    if _API not in sys.modules:
+        return
+    from opentelemetry import trace
+
+    force_flush = getattr(trace.get_tracer_provider(), "force_flush", None)
+    if force_flush is not None:
+        force_flush(FLUSH_MILLIS)

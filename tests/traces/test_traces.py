@@ -52,7 +52,9 @@ def test_the_handler_span_is_the_child_of_the_enqueuing_span(
         "worker", "tests.traces.traced_jobs:REGISTRY", "--dsn", dsn, "--exit-when-idle", "0.5"
     )
     assert done.returncode == 0, done.stderr
-    spans = {span["attributes"]["queuecore.job.id"]: span for span in json.loads(out.read_text())}
+    lines = out.read_text().splitlines()
+    spans = {span["attributes"]["queuecore.job.id"]: span for span in map(json.loads, lines)}
+    assert len(spans) == len(lines) == 3  # one span per job, written in its handler process
 
     parent = request.get_span_context()
     for job_id, kind in ((good, "ok"), (bad, "boom")):

@@ -1,48 +1,49 @@
 """A worker's registry that traces, as an application would: it sets up the OpenTelemetry
-SDK with an in-memory exporter, and writes the spans it finished to the file named by
-QUEUECORE_TRACES_TEST_OUT when the worker process exits."""
+SDK with an exporter of its own that appends every finished span, as one JSON line, to
+the file named by QUEUECORE_TRACES_TEST_OUT. Handlers run in handler processes (W7),
+which end without running atexit hooks, so each span is written as it ends."""
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
+from collections.abc import Sequence
 
 from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
 from queuecore import Job
 
 OUT_VARIABLE = "QUEUECORE_TRACES_TEST_OUT"
 
-exporter = InMemorySpanExporter()
+
+class JsonLinesExporter(SpanExporter):
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        out = os.environ.get(OUT_VARIABLE)
+        if out is None:
+            return SpanExportResult.SUCCESS
+        with open(out, "a") as lines:
+            for span in spans:
+                record = {
+                    "name": span.name,
+                    "trace_id": span.context.trace_id,
+                    "span_id": span.context.span_id,
+                    "parent_id": span.parent.span_id if span.parent else None,
+                    "attributes": dict(span.attributes or {}),
+                    "status": span.status.status_code.name,
+                    "events": [
+                        {"name": e.name, "attributes": dict(e.attributes or {})}
+                        for e in span.events
+                    ],
+                }
+                lines.write(json.dumps(record) + "\n")
+        return SpanExportResult.SUCCESS
+
+
 provider = TracerProvider()
-provider.add_span_processor(SimpleSpanProcessor(exporter))
+provider.add_span_processor(SimpleSpanProcessor(JsonLinesExporter()))
 trace.set_tracer_provider(provider)
-
-
-@atexit.register
-def _write_spans() -> None:
-    if OUT_VARIABLE not in os.environ:
-        return
-    spans = [
-        {
-            "name": span.name,
-            "trace_id": span.context.trace_id,
-            "span_id": span.context.span_id,
-            "parent_id": span.parent.span_id if span.parent else None,
-            "attributes": dict(span.attributes or {}),
-            "status": span.status.status_code.name,
-            "events": [
-                {"name": e.name, "attributes": dict(e.attributes or {})} for e in span.events
-            ],
-        }
-        for span in exporter.get_finished_spans()
-    ]
-    with open(os.environ[OUT_VARIABLE], "w") as out:
-        json.dump(spans, out)
 
 
 def ok(job: Job) -> None:
