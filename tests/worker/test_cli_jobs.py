@@ -65,7 +65,7 @@ def test_enqueue_with_a_delay_and_a_dedupe_key(capsys, queue, dsn):
         (["--payload", "{not json"], "--payload is not JSON"),
         (["--payload", "[1, 2]"], "JSON object"),
         (["--delay", "-5"], "delay"),
-        (["--max-attempts", "0"], "max_attempts"),
+        (["--max-attempts", "0"], "--max-attempts must be"),
         (["--priority", "high"], "invalid int"),
     ],
 )
