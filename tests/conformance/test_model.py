@@ -99,7 +99,7 @@ class Model:
             if row.state == "done":
                 continue
             entries = [per_queue.setdefault(row.queue, empty_stats())]
-            if row.state != "dead":
+            if row.state in ("queued", "running"):  # dead and cancelled: per queue only
                 kind_entry = {"queued": 0, "running": 0, "ready_now": 0, "oldest_ready_age_s": 0.0}
                 entries.append(per_kind.setdefault(row.kind, kind_entry))
             for entry in entries:
