@@ -34,6 +34,7 @@ from typing import Any, Literal, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from queuecore import validate
+from queuecore.errors import DedupeConflict
 from queuecore.job import EnqueueResult
 
 log = logging.getLogger("queuecore.schedules")
@@ -195,15 +196,26 @@ class Scheduler:
         return min(upcoming) - now if upcoming else None
 
     def _enqueue(self, schedule: Schedule, tick: float) -> None:
-        result = self.queue.enqueue(
-            schedule.kind,
-            schedule.payload,
-            queue=schedule.queue,
-            run_at=tick,
-            priority=schedule.priority,
-            max_attempts=schedule.max_attempts,
-            dedupe_key=schedule.dedupe_key(tick),
-        )
+        try:
+            result = self.queue.enqueue(
+                schedule.kind,
+                schedule.payload,
+                queue=schedule.queue,
+                run_at=tick,
+                priority=schedule.priority,
+                max_attempts=schedule.max_attempts,
+                dedupe_key=schedule.dedupe_key(tick),
+            )
+        except DedupeConflict as conflict:
+            # A schedule kept by its name through a deploy that changed its payload or
+            # kind: this tick was enqueued by a worker still on the old code. It ran
+            # once, as it should; the next tick has a key of its own.
+            log.info(
+                "%s was enqueued as job %d by a worker with another kind or payload: not again",
+                schedule.dedupe_key(tick),
+                conflict.existing_id,
+            )
+            return
         if result.created:
             log.info("%s enqueued as job %d", schedule.dedupe_key(tick), result.id)
 

@@ -199,3 +199,21 @@ def test_a_scheduler_thread_looks_until_stopped_and_rides_out_a_failing_look(
         "cannot enqueue periodic jobs (database away); trying again"
     ]
     assert "periodic jobs are enqueued again" in warnings
+
+
+def test_a_tick_enqueued_under_an_old_payload_is_not_enqueued_again(
+    make_queue: Callable[..., queuecore.Queue], clock: FakeClock, dsn: str
+) -> None:
+    """A schedule kept by its name through a deploy that changed its payload: a worker on
+    the new code meets the tick an old worker enqueued (R27's conflict) and goes on with
+    its other schedules, instead of failing its whole look."""
+    old = Schedule("* * * * * *", "tick", payload={"v": 1}, name="kept")
+    new = Schedule("* * * * * *", "tick", payload={"v": 2}, name="kept")
+    other = Schedule("* * * * * *", "tick", name="other")
+    Scheduler(make_queue(), [old]).look()
+    Scheduler(make_queue(), [new, other]).look()  # the same instant: the same tick
+    assert len(ticks_of(dsn, "kept")) == 1
+    assert len(ticks_of(dsn, "other")) == 1
+    clock.advance(1)
+    Scheduler(make_queue(), [new, other]).look()
+    assert len(ticks_of(dsn, "kept")) == 2
