@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from queuecore.backends.sqlite import pick_driver
 
 import queuecore
 from queuecore.schema import jobs
@@ -72,8 +73,10 @@ def dsn(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def db(dsn: str) -> Iterator[sa.Engine]:
-    """A plain engine on the test's database, for reading rows behind the queue's back."""
-    engine = sa.create_engine(dsn)
+    """A plain engine on the test's database, for reading rows behind the queue's back;
+    on SQLite on the queue's own SQLite library (one library per file and process)."""
+    options = {"module": pick_driver(None)[1]} if dsn.startswith("sqlite") else {}
+    engine = sa.create_engine(dsn, **options)
     yield engine
     engine.dispose()
 
