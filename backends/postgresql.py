@@ -8,19 +8,36 @@ import secrets
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-from sqlalchemy import URL, Connection, Double, Engine, bindparam, func, make_url, select
+from sqlalchemy import (
+    URL,
+    Connection,
+    Double,
+    Engine,
+    Insert,
+    bindparam,
+    func,
+    make_url,
+    select,
+)
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.elements import ColumnElement
 
 from queuecore import statements
-from queuecore.job import Job
+from queuecore.backend import Backend
+from queuecore.job import Completions, Job
+from queuecore.operations import Operations
+from queuecore.plans import DriverStep, Hot, Outcome
 from queuecore.schema import jobs
-from queuecore.sqlqueue import DriverStep, Outcome, SQLQueue
+from queuecore.sqlqueue import SQLQueue
+
+if TYPE_CHECKING:
+    import psycopg
 
 log = logging.getLogger("queuecore")
 
@@ -34,14 +51,82 @@ FINISHED_CHANNEL = "queuecore_finished"
 LISTEN_SLICE = 0.5  # how long the listener thread may take to see that its queue closed
 
 
-class PostgresQueue(SQLQueue):
+class PostgresBackend(Backend):
     """One round trip per claim and per complete: each is a single statement run in
     autocommit (R08's dead state is written by the claim that meets the row)."""
 
-    backend_options = frozenset({"notify"})
-    _insert = staticmethod(postgresql.insert)
+    insert = staticmethod(postgresql.insert)
     returns_from_columns = True
     wait_pause_cap = 2.0  # the NOTIFY wakes a waiter; polling is only the fallback
+
+    def __init__(self, dialect: sa.Dialect, *, notify: bool = True) -> None:
+        super().__init__(dialect)
+        self.notify = notify
+
+    def server_now(self) -> ColumnElement[float]:
+        """The server's clock, read once per statement (an InitPlan): workers on several
+        hosts share it, so their own clocks' skew cannot shorten or stretch a lease.
+        `now()` would be the transaction's start, not the statement's."""
+        return select(
+            sa.cast(func.extract("epoch", func.clock_timestamp()), Double)
+        ).scalar_subquery()
+
+    def announce(self, queue: str) -> list[tuple[Any, dict[str, Any]]]:
+        """Delivered at commit, and only then: a rolled-back enqueue wakes nobody."""
+        return [(NOTIFY, {"payload": queue})] if self.notify else []
+
+    def announcing(self, insert: Insert) -> ClauseElement:
+        """One round trip: the INSERT as a data-modifying CTE, and its NOTIFY (sent once,
+        at commit) beside it in the same statement."""
+        if not self.notify:
+            return insert
+        written = insert.cte("written")
+        woken = select(func.pg_notify(CHANNEL, bindparam("queue")).label("woken")).cte("woken")
+        return select(written.c.id).select_from(written.join(woken, sa.true()))
+
+    def build(self, ops: Operations) -> None:
+        self.stmt_mark_awaited = statements.mark_awaited()
+        self.hot_complete_batch = ops.compile(statements.complete_batch(ops.now_sql))
+        payloads = func.jsonb_array_elements(bindparam("payloads", type_=JSONB))
+        ops.hot_enqueue_many = ops.compile(
+            self.announcing(statements.enqueue_batch(ops.now_sql, payloads))
+        )
+
+    def complete_fenced(self, ops: Operations, batch: Sequence[Job]) -> Hot[Completions]:
+        """One statement for the whole batch: the (id, token) pairs go as two arrays."""
+        params = ops.params(
+            job_ids=[job.id for job in batch], tokens=[job.lease_token for job in batch]
+        )
+
+        def finish(outcomes: list[Outcome]) -> Completions:
+            passed = set(outcomes[0][1])
+            results = Completions()
+            for job in batch:
+                # The same claim listed twice completes once, as two calls to complete() would.
+                fence = (job.id, job.lease_token)
+                results.append(fence in passed)
+                passed.discard(fence)
+            return results
+
+        return Hot([(self.hot_complete_batch, params)], finish)
+
+    def prepare_hot_connection(self, conn: Any) -> None:
+        """Autocommit: a single statement is its own transaction, in one round trip."""
+        conn.autocommit = True
+
+    def run_on_driver(self, conn: Any, steps: Sequence[DriverStep]) -> list[Outcome]:
+        if len(steps) == 1:
+            return [_run(conn, *steps[0])]
+        with conn.transaction():
+            return [_run(conn, sql, params) for sql, params in steps]
+
+
+class PostgresQueue(SQLQueue):
+    """PostgreSQL: the engine, the id sequence, and LISTEN for idle workers and `wait()`."""
+
+    backend_class = PostgresBackend
+    backend_options = frozenset({"notify"})
+    backend: PostgresBackend  # what make_backend builds from backend_class
 
     def __init__(self, bind: str | URL | Engine, *, notify: bool = True, **options: Any) -> None:
         """`notify=False` spares enqueue its NOTIFY (a global lock at commit) when the
@@ -50,20 +135,27 @@ class PostgresQueue(SQLQueue):
         super().__init__(bind, **options)
         self._finished = FinishedListener(self.engine)
 
+    def make_backend(self) -> PostgresBackend:
+        return PostgresBackend(self.engine.dialect, notify=self.notify)
+
     @classmethod
     def create_engine(cls, bind: str | URL | Engine, **options: Any) -> Engine:
         if isinstance(bind, Engine):
             return bind.execution_options(queuecore_postgresql=True)  # its pool, our options
-        url = make_url(bind)
-        if url.drivername == "postgresql":
-            url = url.set(drivername="postgresql+psycopg")
         try:
-            return sa.create_engine(url, **options)
+            return sa.create_engine(psycopg_url(bind), **options)
         except ModuleNotFoundError as exc:
             raise ModuleNotFoundError(
                 f"{exc}; the PostgreSQL backend needs psycopg 3: "
                 "pip install 'queuecore[postgresql]'"
             ) from exc
+
+    @classmethod
+    async def open_async(cls, url: URL, ops_options: dict[str, Any], **options: Any) -> Any:
+        """The async queue's driver for this database (`queuecore.connect_async`)."""
+        from queuecore.backends.postgresql_async import open_postgresql
+
+        return await open_postgresql(url, ops_options, **options)
 
     @classmethod
     def id_sequence(cls, conn: Connection) -> int:
@@ -74,19 +166,6 @@ class PostgresQueue(SQLQueue):
     def advance_id_sequence(cls, conn: Connection, at_least: int) -> None:
         if at_least >= 1 and cls.id_sequence(conn) < at_least:
             conn.execute(_SEQUENCE_WRITE, {"table": jobs.name, "value": at_least})
-
-    def _server_now(self) -> ColumnElement[float]:
-        """The server's clock, read once per statement (an InitPlan): workers on several
-        hosts share it, so their own clocks' skew cannot shorten or stretch a lease.
-        `now()` would be the transaction's start, not the statement's."""
-        return select(
-            sa.cast(func.extract("epoch", func.clock_timestamp()), Double)
-        ).scalar_subquery()
-
-    def _announce(self, conn: Connection, queue: str) -> None:
-        """Delivered at commit, and only then: a rolled-back enqueue wakes nobody."""
-        if self.notify:
-            conn.execute(NOTIFY, {"payload": queue})
 
     def listen(self) -> Notifications:
         return Notifications(self.engine)
@@ -100,55 +179,28 @@ class PostgresQueue(SQLQueue):
         a web app with many clients waiting does not drain its pool."""
         with self._finished.watching(job_id) as finished:
             with self.engine.begin() as conn:
-                conn.execute(self._stmt_mark_awaited, {"job_id": job_id})
+                conn.execute(self.backend.stmt_mark_awaited, {"job_id": job_id})
             yield finished
 
     def close(self) -> None:
         self._finished.close()
         super().close()
 
-    def _build_statements(self, now: ColumnElement[float]) -> None:
-        super()._build_statements(now)
-        self._stmt_mark_awaited = statements.mark_awaited()
-        self._hot_complete_batch = self._compile(statements.complete_batch(now))
-        payloads = func.jsonb_array_elements(bindparam("payloads", type_=JSONB))
-        self._hot_enqueue_many = self._compile(
-            self._announcing(statements.enqueue_batch(now, payloads))
-        )
 
-    def _announcing(self, insert: Any) -> ClauseElement:
-        """One round trip: the INSERT as a data-modifying CTE, and its NOTIFY (sent once,
-        at commit) beside it in the same statement."""
-        if not self.notify:
-            return insert
-        written = insert.cte("written")
-        woken = select(func.pg_notify(CHANNEL, bindparam("queue")).label("woken")).cte("woken")
-        return select(written.c.id).select_from(written.join(woken, sa.true()))
+def detached(raw: PoolProxiedConnection) -> Any:
+    """The driver's connection under `raw`, taken out of the pool for good (LISTEN needs
+    one of its own). Typed Any: psycopg's sync or async connection, as the engine is."""
+    driver = raw.driver_connection
+    if driver is None:  # SQLAlchemy's type allows it; a connection just checked out has one
+        raise RuntimeError("the pool handed out a closed connection")
+    raw.detach()
+    return driver
 
-    def _prepare_hot_connection(self, conn: Any) -> None:
-        """Autocommit: a single statement is its own transaction, in one round trip."""
-        conn.autocommit = True
 
-    def _run_on_driver(self, conn: Any, steps: Sequence[DriverStep]) -> list[Outcome]:
-        if len(steps) == 1:
-            return [_run(conn, *steps[0])]
-        with conn.transaction():
-            return [_run(conn, sql, params) for sql, params in steps]
-
-    def _complete_fenced(self, batch: Sequence[Job]) -> list[bool]:
-        """One statement for the whole batch: the (id, token) pairs go as two arrays."""
-        params = self._params(
-            job_ids=[job.id for job in batch], tokens=[job.lease_token for job in batch]
-        )
-        [(_, rows, _)] = self._execute([(self._hot_complete_batch, params)])
-        passed = set(rows)
-        results = []
-        for job in batch:
-            # The same claim listed twice completes once, as two calls to complete() would.
-            fence = (job.id, job.lease_token)
-            results.append(fence in passed)
-            passed.discard(fence)
-        return results
+def psycopg_url(bind: str | URL) -> URL:
+    """The DSN with psycopg 3 as its driver when it names none."""
+    url = make_url(bind)
+    return url.set(drivername="postgresql+psycopg") if url.drivername == "postgresql" else url
 
 
 class Notifications:
@@ -159,8 +211,7 @@ class Notifications:
         self._engine = engine
         raw = engine.raw_connection()
         raw.rollback()
-        self._conn: Any = raw.driver_connection
-        raw.detach()
+        self._conn: psycopg.Connection[Any] = detached(raw)
         self._conn.autocommit = True
         self._conn.execute(f"LISTEN {CHANNEL}")
 
@@ -199,7 +250,7 @@ class FinishedListener:
         self._engine = engine
         self._lock = threading.Lock()
         self._waiters: dict[int, list[Finished]] = {}
-        self._conn: Any = None
+        self._conn: psycopg.Connection[Any] | None = None
         self._closed = False
 
     @contextmanager
@@ -223,8 +274,7 @@ class FinishedListener:
     def _start(self) -> None:
         raw = self._engine.raw_connection()
         raw.rollback()
-        conn = raw.driver_connection
-        raw.detach()
+        conn: psycopg.Connection[Any] = detached(raw)
         conn.autocommit = True
         conn.execute(f"LISTEN {FINISHED_CHANNEL}")
         self._conn = conn
@@ -232,7 +282,7 @@ class FinishedListener:
             target=self._read, args=(conn,), name="queuecore-wait", daemon=True
         ).start()
 
-    def _read(self, conn: Any) -> None:
+    def _read(self, conn: psycopg.Connection[Any]) -> None:
         try:
             while not self._closed:
                 for note in conn.notifies(timeout=LISTEN_SLICE, stop_after=1):

@@ -7,16 +7,20 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from types import ModuleType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import sqlalchemy as sa
 from sqlalchemy import URL, Engine, event, make_url
 from sqlalchemy.dialects import sqlite
 
+from queuecore.backend import Backend
 from queuecore.errors import DatabaseBusyError, SQLiteBuildWarning
+from queuecore.plans import DriverStep, Outcome
 from queuecore.schema import jobs
-from queuecore.sqlqueue import DriverStep, Outcome, SQLQueue
+from queuecore.sqlqueue import SQLQueue
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine.interfaces import DBAPIConnection
 
 _SEQUENCE_READ = sa.text("SELECT seq FROM sqlite_sequence WHERE name = :name")
 _SEQUENCE_WRITE = sa.text("UPDATE sqlite_sequence SET seq = :seq WHERE name = :name")
@@ -28,7 +32,10 @@ T = TypeVar("T")
 
 # The WAL-reset bug: fixed in 3.51.3, and the fix backported to these older lines.
 WAL_RESET_FIXED = (3, 51, 3)
-WAL_RESET_BACKPORTS = {(3, 50): (3, 50, 7), (3, 44): (3, 44, 6)}
+WAL_RESET_BACKPORTS: dict[tuple[int, ...], tuple[int, ...]] = {
+    (3, 50): (3, 50, 7),
+    (3, 44): (3, 44, 6),
+}
 
 # Drivers already reported, so a process that opens many queues warns once.
 _warned_builds: set[tuple[str, tuple[int, ...]]] = set()
@@ -47,7 +54,7 @@ DRIVER_ENV = "QUEUECORE_SQLITE_DRIVER"
 FIXED_CANDIDATES = ("pysqlite3", "sqlite3")
 
 
-def _warn_if_unfixed(driver: str, dbapi: ModuleType, *, callers_engine: bool) -> None:
+def _warn_if_unfixed(driver: str, dbapi: SQLiteModule, *, callers_engine: bool) -> None:
     version = tuple(dbapi.sqlite_version_info)
     if has_wal_reset_fix(version) or (driver, version) in _warned_builds:
         return
@@ -73,7 +80,7 @@ def _warn_if_unfixed(driver: str, dbapi: ModuleType, *, callers_engine: bool) ->
     )
 
 
-def _load_driver(name: str) -> ModuleType:
+def _load_driver(name: str) -> SQLiteModule:
     """The DB-API module of an sqlite3-compatible driver (the stdlib's or a fork of it)."""
     try:
         return importlib.import_module(f"{name}.dbapi2")
@@ -82,7 +89,7 @@ def _load_driver(name: str) -> ModuleType:
         raise ModuleNotFoundError(f"sqlite_driver={name!r} is not installed{hint}: {exc}") from exc
 
 
-def pick_driver(chosen: str | None) -> tuple[str, ModuleType, bool]:
+def pick_driver(chosen: str | None) -> tuple[str, SQLiteModule, bool]:
     """(name, module, whether a person chose it): the option, else $QUEUECORE_SQLITE_DRIVER,
     else the first installed candidate whose SQLite has the WAL-reset fix, else the stdlib's.
     A person's choice is theirs: it is never second-guessed with a warning."""
@@ -100,10 +107,20 @@ def pick_driver(chosen: str | None) -> tuple[str, ModuleType, bool]:
 
 
 def _is_busy(exc: BaseException) -> bool:
-    code = getattr(exc, "sqlite_errorcode", None)
+    code: int | None = getattr(exc, "sqlite_errorcode", None)
     if code is not None:
         return code & 0xFF == SQLITE_BUSY
     return "database is locked" in str(exc)
+
+
+class SQLiteModule(Protocol):
+    """What queuecore reads of an sqlite3-compatible DB-API module (the stdlib's sqlite3,
+    pysqlite3): SQLAlchemy types a dialect's module only as far as PEP 249 goes."""
+
+    __name__: str
+    sqlite_version: str
+    sqlite_version_info: tuple[int, int, int]
+    OperationalError: type[Exception]
 
 
 class _Patience:
@@ -114,7 +131,7 @@ class _Patience:
     those are retried until the busy timeout has passed. Once it has, waiting longer would
     only hide a stuck writer, so the caller gets an error that says so."""
 
-    def __init__(self, database: str, busy_timeout: float, dbapi: ModuleType) -> None:
+    def __init__(self, database: str | None, busy_timeout: float, dbapi: SQLiteModule) -> None:
         self.database = database
         self.busy_timeout = busy_timeout
         self.dbapi = dbapi
@@ -142,6 +159,104 @@ class _Patience:
             pause = min(pause * 2, 0.05)
 
 
+class SQLiteBackend(Backend):
+    """SQLite's statements and its hot path's driver I/O, for the sync and the async queue.
+    The hot path's connection runs its single statements in autocommit (which takes the
+    write lock at its start, as BEGIN IMMEDIATE does) and its multi-statement steps
+    between its own BEGIN IMMEDIATE and COMMIT."""
+
+    migrates_on_connect = True
+    insert = staticmethod(sqlite.insert)
+
+    def __init__(
+        self, dialect: sa.Dialect, *, busy_timeout: float, synchronous: str, patience: _Patience
+    ) -> None:
+        super().__init__(dialect)
+        self.busy_timeout, self.synchronous, self.patience = busy_timeout, synchronous, patience
+
+    def check_callers_connection(self, conn: Any) -> None:
+        """A caller's connection (`enqueue(conn=...)`) must run on the queue's SQLite library:
+        two libraries on one file in one process do not see each other's locks and can
+        corrupt it (sqlite.org/howtocorrupt.html, 2.2.1)."""
+        theirs, ours = library(conn.dialect.loaded_dbapi), self.patience.dbapi
+        if theirs is not ours:
+            raise ValueError(
+                f"this connection runs SQLite through {theirs.__name__}, the queue through "
+                f"{ours.__name__}: two SQLite libraries on one file in one process can corrupt "
+                "it. Use the queue's engine (queue.engine.begin()), or open the queue on "
+                "yours: queuecore.connect(engine)"
+            )
+
+    def prepare_hot_connection(self, conn: Any) -> None:
+        conn.isolation_level = None
+        _set_up(conn, self.busy_timeout, self.synchronous, self.patience)
+
+    def run_on_driver(self, conn: Any, steps: Sequence[DriverStep]) -> list[Outcome]:
+        """Either start is retried on an SQLITE_BUSY that came back at once, as the engine's
+        BEGIN is: nothing has been written when it does."""
+        cursor = conn.cursor()
+        try:
+            if len(steps) == 1:
+                return [self.patience.run("writing", lambda: _run(cursor, *steps[0]))]
+            self.patience.run(
+                "waiting for the write lock (BEGIN IMMEDIATE)",
+                lambda: cursor.execute("BEGIN IMMEDIATE"),
+            )
+            outcomes = [_run(cursor, sql, params) for sql, params in steps]
+            cursor.execute("COMMIT")
+            return outcomes
+        except BaseException:
+            if conn.in_transaction:
+                conn.rollback()
+            raise
+        finally:
+            cursor.close()
+
+
+def library(dbapi: Any) -> SQLiteModule:
+    """The SQLite module under a DB-API: itself, or the one SQLAlchemy's aiosqlite adapter wraps."""
+    module: SQLiteModule = getattr(dbapi, "sqlite", dbapi)
+    return module
+
+
+def begin_immediately(engine: Engine, busy_timeout: float, mode: str, patience: _Patience) -> None:
+    """Every write transaction of `engine` (a sync engine, or an async one's `sync_engine`)
+    starts with BEGIN IMMEDIATE; one with the `queuecore_read_only` option with BEGIN."""
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: sa.Connection) -> None:
+        # Once per DBAPI connection (its pool record's info outlives each checkout).
+        info = conn.connection.info
+        # Typed as possibly None (a closed record); a connection that begins is open.
+        driver_connection = cast("DBAPIConnection", conn.connection.dbapi_connection)
+        if not info.get("queuecore_set_up"):
+            _set_up(driver_connection, busy_timeout, mode, patience)
+            info["queuecore_set_up"] = True
+        cursor = driver_connection.cursor()
+        if conn.get_execution_options().get("queuecore_read_only", False):
+            cursor.execute("BEGIN")
+            return
+        patience.run(
+            "waiting for the write lock (BEGIN IMMEDIATE)",
+            lambda: cursor.execute("BEGIN IMMEDIATE"),
+        )
+
+
+def check_options(url: URL, synchronous: str, busy_timeout: float) -> str:
+    """The SQLite options checked before anything opens; the `synchronous` mode to set."""
+    if url.database in (None, "", ":memory:"):
+        raise ValueError(
+            "an in-memory SQLite database cannot be shared by workers; "
+            "name a file, e.g. sqlite:///jobs.db"
+        )
+    mode = str(synchronous).upper()
+    if mode not in SYNCHRONOUS:
+        raise ValueError(f"synchronous must be one of {SYNCHRONOUS}, got {synchronous!r}")
+    if not busy_timeout > 0:
+        raise ValueError(f"busy_timeout must be a positive number of seconds, got {busy_timeout!r}")
+    return mode
+
+
 class SQLiteQueue(SQLQueue):
     """WAL mode; every write transaction starts with BEGIN IMMEDIATE, so it waits for the
     write lock up front (busy timeout) instead of failing with "database is locked" when
@@ -151,10 +266,9 @@ class SQLiteQueue(SQLQueue):
     given or made: it shares that engine's pool, and its BEGIN hook is its own, so a
     caller's engine keeps its own transactions and pool settings untouched."""
 
-    migrates_on_connect = True
+    backend_class = SQLiteBackend
     backend_options = frozenset({"synchronous", "busy_timeout", "sqlite_driver"})
     engine_options = frozenset({"sqlite_driver"})
-    _insert = staticmethod(sqlite.insert)
 
     @classmethod
     def create_engine(
@@ -171,21 +285,11 @@ class SQLiteQueue(SQLQueue):
         `sqlite_driver` names an sqlite3-compatible module; by default the first of
         pysqlite3 (which bundles a newer SQLite) and the stdlib's whose SQLite is fixed."""
         url = bind.url if isinstance(bind, Engine) else make_url(bind)
-        if url.database in (None, "", ":memory:"):
-            raise ValueError(
-                "an in-memory SQLite database cannot be shared by workers; "
-                "name a file, e.g. sqlite:///jobs.db"
-            )
-        mode = str(synchronous).upper()
-        if mode not in SYNCHRONOUS:
-            raise ValueError(f"synchronous must be one of {SYNCHRONOUS}, got {synchronous!r}")
-        if not busy_timeout > 0:
-            raise ValueError(
-                f"busy_timeout must be a positive number of seconds, got {busy_timeout!r}"
-            )
+        mode = check_options(url, synchronous, busy_timeout)
         if isinstance(bind, Engine):
             base = bind
-            dbapi = bind.dialect.loaded_dbapi
+            # The caller's engine is an SQLite one (the DSN chose this backend).
+            dbapi = cast(SQLiteModule, bind.dialect.loaded_dbapi)
             driver = dbapi.__name__.split(".")[0]
             chosen = bool(os.environ.get(DRIVER_ENV))
         else:
@@ -196,24 +300,7 @@ class SQLiteQueue(SQLQueue):
         if not chosen:
             _warn_if_unfixed(driver, dbapi, callers_engine=isinstance(bind, Engine))
         engine = base.execution_options(queuecore_sqlite=True)
-        patience = _Patience(url.database, busy_timeout, dbapi)
-
-        @event.listens_for(engine, "begin")
-        def _begin(conn: sa.Connection) -> None:
-            # Once per DBAPI connection (its pool record's info outlives each checkout).
-            info = conn.connection.info
-            driver_connection = conn.connection.dbapi_connection
-            if not info.get("queuecore_set_up"):
-                _set_up(driver_connection, busy_timeout, mode, patience)
-                info["queuecore_set_up"] = True
-            if conn.get_execution_options().get("queuecore_read_only", False):
-                driver_connection.execute("BEGIN")
-                return
-            patience.run(
-                "waiting for the write lock (BEGIN IMMEDIATE)",
-                lambda: driver_connection.execute("BEGIN IMMEDIATE"),
-            )
-
+        begin_immediately(engine, busy_timeout, mode, _Patience(url.database, busy_timeout, dbapi))
         return engine
 
     def __init__(
@@ -224,11 +311,25 @@ class SQLiteQueue(SQLQueue):
         synchronous: str = "NORMAL",
         **options: Any,
     ):
-        super().__init__(bind, busy_timeout=busy_timeout, synchronous=synchronous, **options)
         self._busy_timeout, self._synchronous = busy_timeout, str(synchronous).upper()
-        self._patience = _Patience(
-            str(self.engine.url.database), busy_timeout, self.engine.dialect.loaded_dbapi
+        super().__init__(bind, busy_timeout=busy_timeout, synchronous=synchronous, **options)
+
+    def make_backend(self) -> SQLiteBackend:
+        dbapi = cast(SQLiteModule, self.engine.dialect.loaded_dbapi)  # made by create_engine
+        patience = _Patience(str(self.engine.url.database), self._busy_timeout, dbapi)
+        return SQLiteBackend(
+            self.engine.dialect,
+            busy_timeout=self._busy_timeout,
+            synchronous=self._synchronous,
+            patience=patience,
         )
+
+    @classmethod
+    async def open_async(cls, url: URL, ops_options: dict[str, Any], **options: Any) -> Any:
+        """The async queue's driver for this database (`queuecore.connect_async`)."""
+        from queuecore.backends.sqlite_async import open_sqlite
+
+        return await open_sqlite(url, ops_options, **options)
 
     @classmethod
     def id_sequence(cls, conn: sa.Connection) -> int:
@@ -242,58 +343,6 @@ class SQLiteQueue(SQLQueue):
             return
         if conn.execute(_SEQUENCE_WRITE, {"name": jobs.name, "seq": at_least}).rowcount == 0:
             conn.execute(_SEQUENCE_START, {"name": jobs.name, "seq": at_least})
-
-    def _insert_deduplicated(self, conn: sa.Connection, stmt: Any, row: dict[str, Any]) -> Any:
-        self._same_library(conn)
-        return super()._insert_deduplicated(conn, stmt, row)
-
-    def _insert_many(
-        self, conn: sa.Connection, stmt: Any, params: list[dict[str, Any]], queue: str
-    ) -> list[int]:
-        self._same_library(conn)
-        return super()._insert_many(conn, stmt, params, queue)
-
-    def _same_library(self, conn: sa.Connection) -> None:
-        """A caller's connection (`enqueue(conn=...)`) must run on the queue's SQLite library:
-        two libraries on one file in one process do not see each other's locks and can
-        corrupt it (sqlite.org/howtocorrupt.html, 2.2.1)."""
-        theirs, ours = conn.dialect.loaded_dbapi, self.engine.dialect.loaded_dbapi
-        if theirs is not ours:
-            raise ValueError(
-                f"this connection runs SQLite through {theirs.__name__}, the queue through "
-                f"{ours.__name__}: two SQLite libraries on one file in one process can corrupt "
-                "it. Use the queue's engine (queue.engine.begin()), or open the queue on "
-                "yours: queuecore.connect(engine)"
-            )
-
-    def _prepare_hot_connection(self, conn: Any) -> None:
-        """The hot path's detached connection runs its single statements in autocommit and
-        its multi-statement steps between its own BEGIN IMMEDIATE and COMMIT."""
-        conn.isolation_level = None
-        _set_up(conn, self._busy_timeout, self._synchronous, self._patience)
-
-    def _run_on_driver(self, conn: Any, steps: Sequence[DriverStep]) -> list[Outcome]:
-        """One statement runs in autocommit, which takes the write lock at its start like
-        BEGIN IMMEDIATE; several run between BEGIN IMMEDIATE and COMMIT. Either start is
-        retried on an SQLITE_BUSY that came back at once, as the engine's BEGIN is: nothing
-        has been written when it does."""
-        cursor = conn.cursor()
-        try:
-            if len(steps) == 1:
-                return [self._patience.run("writing", lambda: _run(cursor, *steps[0]))]
-            self._patience.run(
-                "waiting for the write lock (BEGIN IMMEDIATE)",
-                lambda: cursor.execute("BEGIN IMMEDIATE"),
-            )
-            outcomes = [_run(cursor, sql, params) for sql, params in steps]
-            cursor.execute("COMMIT")
-            return outcomes
-        except BaseException:
-            if conn.in_transaction:
-                conn.rollback()
-            raise
-        finally:
-            cursor.close()
 
 
 def _set_up(driver_connection: Any, busy_timeout: float, mode: str, patience: _Patience) -> None:

@@ -9,10 +9,13 @@ result processing of the column types is kept: it is looked up here once, not pe
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ClauseElement
+
+if TYPE_CHECKING:
+    from sqlalchemy.sql.compiler import SQLCompiler
 
 Processor = Callable[[Any], Any] | None
 
@@ -27,7 +30,9 @@ class Compiled:
     __slots__ = ("_columns", "_dialect", "_layout", "_names", "_positional", "_results", "sql")
 
     def __init__(self, statement: ClauseElement, dialect: Dialect) -> None:
-        compiled = statement.compile(dialect=dialect)
+        # A DML or SELECT construct compiles with the dialect's statement compiler, whose
+        # parameter names and order are read below; `compile` is typed for DDL too.
+        compiled = cast("SQLCompiler", statement.compile(dialect=dialect))
         if "POSTCOMPILE" in compiled.string:
             raise ValueError("expanding parameters cannot be compiled once; bind each value")
         self.sql: str = compiled.string

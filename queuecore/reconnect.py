@@ -25,18 +25,22 @@ threads and retries run into it in between: a restart must not bury the log.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from queuecore.errors import OutcomeUnknownError
+
+if TYPE_CHECKING:  # the asyncio extension needs greenlet: the async extra only
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 log = logging.getLogger("queuecore")
 
@@ -116,39 +120,97 @@ def transaction(engine: Engine) -> Iterator[Connection]:
         raise
 
 
+@asynccontextmanager
+async def async_transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """`transaction` for an AsyncEngine: the same marks on the same errors."""
+    phase = "connect"
+    try:
+        async with engine.connect() as conn:
+            phase = "work"
+            transaction = await conn.begin()
+            try:
+                yield conn
+            except BaseException:
+                await transaction.rollback()
+                raise
+            phase = "commit"
+            await transaction.commit()
+    except DBAPIError as exc:
+        if phase == "connect" or exc.connection_invalidated:
+            setattr(exc, LOST, "during commit" if phase == "commit" else "before commit")
+        raise
+
+
+def _pause_before_retry(
+    exc: DBAPIError,
+    name: str,
+    safe: Callable[[Mapping[str, Any]], bool] | bool,
+    kwargs: Mapping[str, Any],
+    outage: Outage,
+    pauses: Iterator[float],
+) -> float:
+    """How long to wait before running `name` again after `exc`; raises when it must not
+    run again (not a lost connection, a commit that may have landed, no tries left)."""
+    lost = getattr(exc, LOST, None)
+    if lost is None:
+        raise exc
+    outage.noticed(f"{lost} of {name}", exc)
+    if lost == "during commit" and not (safe(kwargs) if callable(safe) else safe):
+        raise OutcomeUnknownError(
+            f"the database connection was lost while committing {name}: it may or may not "
+            "have been applied. Check before repeating it (an enqueue with a dedupe_key is "
+            "safe to repeat)."
+        ) from exc
+    pause = next(pauses, None)
+    if pause is None:
+        raise exc
+    return pause
+
+
 def reconnecting(*, after_commit: Callable[[Mapping[str, Any]], bool] | bool) -> Callable[[F], F]:
     """Run the method again when its connection died. `after_commit` says whether that
     is safe when the commit was in flight (a predicate receives the keyword arguments).
     A call inside the caller's own transaction (`conn=`) is the caller's to retry.
-    The instance's `_outage` (an `Outage`) hears of every loss and every success."""
+    The instance's `_outage` (an `Outage`) hears of every loss and every success.
+    Coroutine methods (the async queue's) are retried the same way, awaiting their pauses."""
 
     def decorate(method: F) -> F:
+        name = method.__name__
+        if asyncio.iscoroutinefunction(method):
+
+            @functools.wraps(method)
+            async def run_async(self: Any, *args: Any, **kwargs: Any) -> Any:
+                if kwargs.get("conn") is not None:
+                    return await method(self, *args, **kwargs)
+                pauses = iter(PAUSES)
+                while True:
+                    try:
+                        result = await method(self, *args, **kwargs)
+                    except DBAPIError as exc:
+                        pause = _pause_before_retry(
+                            exc, name, after_commit, kwargs, self._outage, pauses
+                        )
+                    else:
+                        self._outage.over()
+                        return result
+                    await asyncio.sleep(pause)
+
+            return run_async  # type: ignore[return-value]
+
         @functools.wraps(method)
         def run(self: Any, *args: Any, **kwargs: Any) -> Any:
             if kwargs.get("conn") is not None:
                 return method(self, *args, **kwargs)
-            outage: Outage = self._outage
             pauses = iter(PAUSES)
             while True:
                 try:
                     result = method(self, *args, **kwargs)
                 except DBAPIError as exc:
-                    lost = getattr(exc, LOST, None)
-                    if lost is None:
-                        raise
-                    outage.noticed(f"{lost} of {method.__name__}", exc)
-                    safe = after_commit(kwargs) if callable(after_commit) else after_commit
-                    if lost == "during commit" and not safe:
-                        raise OutcomeUnknownError(
-                            f"the database connection was lost while committing "
-                            f"{method.__name__}: it may or may not have been applied. Check "
-                            "before repeating it (an enqueue with a dedupe_key is safe to repeat)."
-                        ) from exc
-                    pause = next(pauses, None)
-                    if pause is None:
-                        raise
+                    pause = _pause_before_retry(
+                        exc, name, after_commit, kwargs, self._outage, pauses
+                    )
                 else:
-                    outage.over()
+                    self._outage.over()
                     return result
                 time.sleep(pause)
 

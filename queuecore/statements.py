@@ -6,6 +6,8 @@ when the clock is the client's (or a fake one), the server's clock on PostgreSQL
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from sqlalchemy import (
     ARRAY,
     BigInteger,
@@ -27,7 +29,7 @@ from sqlalchemy import (
     union_all,
     update,
 )
-from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.elements import BindParameter, ColumnClause, ColumnElement
 
 from queuecore.schema import (
     CANCELLED,
@@ -42,6 +44,14 @@ from queuecore.schema import (
     RUNNING,
     jobs,
 )
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    from typing_extensions import Unpack
+
+    #: A SELECT of any columns (SQLAlchemy 2.1 types a Select by its column types).
+    AnySelect: TypeAlias = Select[Unpack[tuple[Any, ...]]]
 
 LEASE_EXPIRED_ON_LAST_ATTEMPT = "lease expired on the last attempt"
 
@@ -115,17 +125,17 @@ def due(now: Now) -> ColumnElement[bool]:
 
 
 #: The claim's size as the caller gives it.
-LIMIT = bindparam("limit")
+LIMIT: BindParameter[int] = bindparam("limit")
 #: A one-job claim's size, written into its SQL. Bound as `LIMIT $n`, PostgreSQL's plan
 #: cache prices the generic plan at a tenth of the ready rows, never picks it, and plans
 #: the whole claim afresh on every call: with several workers that planning, not the
 #: claim itself, used up the CPU.
-ONE = literal_column("1")
+ONE: ColumnClause[int] = literal_column("1")
 
 
 def picked(
     now: Now, queue_count: int | None, limit: ColumnElement[int], kind_count: int | None = None
-) -> Select:
+) -> AnySelect:
     """R05: the ready jobs in claim order, at most `limit`, locked against other claims
     (`FOR UPDATE SKIP LOCKED`; SQLite drops it: its write lock already serialises claims).
 
@@ -149,7 +159,7 @@ def _claimed(now: Now) -> dict[str, object]:
     """R06: what a claim writes; and R08: a row it meets whose lease ended on the last
     attempt (the pick has proven the lease is over) is written dead instead, returned
     with state `dead` for the caller to drop, never handed out."""
-    claimed: dict[str, ColumnElement[object]] = {
+    claimed: dict[str, ColumnElement[Any]] = {
         "state": RUNNING,
         "attempts": jobs.c.attempts + 1,
         "visible_at": now + bindparam("lease_seconds", type_=Double),
@@ -158,10 +168,21 @@ def _claimed(now: Now) -> dict[str, object]:
     }
     lost = IS_RUNNING & (jobs.c.attempts >= jobs.c.max_attempts)
     dead = _dead_values()
-    return {
+    written: dict[str, object] = {
         name: case((lost, dead.get(name, jobs.c[name])), else_=claimed.get(name, jobs.c[name]))
         for name in {**claimed, **dead}
     }
+    # When the row became ready: SET reads the row as it was, so this is the `visible_at`
+    # the pick saw (enqueued, delay or backoff over, or a lease's end). Returned for the
+    # worker's time in queue (issue 14) and the claim order; written on dead rows too,
+    # so every returned row has one to sort by.
+    written["ready_at"] = jobs.c.visible_at
+    return written
+
+
+#: What a claim returns: the job, then its state (`dead`: written dead, not handed out)
+#: and `ready_at`, the `visible_at` from before the claim (`_claimed`).
+CLAIM_RETURNS = (*JOB_COLUMNS, jobs.c.state, jobs.c.ready_at)
 
 
 def claim_one(now: Now, queue_count: int | None, kind_count: int | None = None) -> Update:
@@ -172,26 +193,23 @@ def claim_one(now: Now, queue_count: int | None, kind_count: int | None = None) 
         update(jobs)
         .where(jobs.c.id == one.scalar_subquery())
         .values(**_claimed(now))
-        .returning(*JOB_COLUMNS, jobs.c.state)
+        .returning(*CLAIM_RETURNS)
     )
 
 
-def claim(
-    now: Now, queue_count: int | None, *, ready_at: bool, kind_count: int | None = None
-) -> Update:
-    """R05/R06 in one statement for `limit` jobs. `ready_at` returns each job's
-    `visible_at` from before the claim, for the caller to restore claim order; SQLite
-    cannot return a column of another FROM table, so there `claim_order` runs first."""
+def claim(now: Now, queue_count: int | None, kind_count: int | None = None) -> Update:
+    """R05/R06 in one statement for `limit` jobs. RETURNING comes in no order: the
+    returned `ready_at` (the claim-order `visible_at`) lets the caller restore it."""
     chosen = picked(now, queue_count, LIMIT, kind_count).subquery("picked")
-    returning = [*JOB_COLUMNS, jobs.c.state]
-    if ready_at:
-        returning.append(chosen.c.visible_at.label("ready_at"))
     return (
-        update(jobs).where(jobs.c.id == chosen.c.id).values(**_claimed(now)).returning(*returning)
+        update(jobs)
+        .where(jobs.c.id == chosen.c.id)
+        .values(**_claimed(now))
+        .returning(*CLAIM_RETURNS)
     )
 
 
-def claim_order(now: Now, queue_count: int | None, kind_count: int | None = None) -> Select:
+def claim_order(now: Now, queue_count: int | None, kind_count: int | None = None) -> AnySelect:
     """The ids `claim` is about to take, in claim order (SQLite, under its write lock)."""
     return picked(now, queue_count, LIMIT, kind_count).with_only_columns(jobs.c.id)
 
@@ -303,7 +321,7 @@ def requeue_dead(now: Now, *, by_id: bool) -> Update:
     ).returning(jobs.c.id)
 
 
-def live_counts(now: Now) -> Select:
+def live_counts(now: Now) -> AnySelect:
     """Per queue, kind and state: counts over live rows only (R16), served by the partial
     index. By kind too, so that a kind no worker serves shows up (W2)."""
     is_ready = ready(now)
@@ -312,21 +330,21 @@ def live_counts(now: Now) -> Select:
         select(
             jobs.c.queue,
             jobs.c.kind,
-            state,
-            func.count(),
-            func.count().filter(is_ready),
-            now - func.min(jobs.c.visible_at).filter(is_ready),
+            state.label("state"),
+            func.count().label("jobs"),
+            func.count().filter(is_ready).label("ready"),
+            (now - func.min(jobs.c.visible_at).filter(is_ready)).label("oldest_ready_age"),
         )
         .where(LIVE)
         .group_by(jobs.c.queue, jobs.c.kind, state)
     )
 
 
-def dead_counts() -> Select:
+def dead_counts() -> AnySelect:
     return select(jobs.c.queue, func.count()).where(jobs.c.state == DEAD).group_by(jobs.c.queue)
 
 
-def cancelled_counts() -> Select:
+def cancelled_counts() -> AnySelect:
     """Served by the partial index over cancelled rows: done rows are never read."""
     return select(jobs.c.queue, func.count()).where(IS_CANCELLED).group_by(jobs.c.queue)
 
@@ -385,11 +403,11 @@ def enqueue_batch(now: Now, payloads: ColumnElement[object]) -> Insert:
     return insert(jobs).from_select(columns, rows).returning(jobs.c.id)
 
 
-def get(now: Now) -> Select:
+def get(now: Now) -> AnySelect:
     return select(*seen(now)).where(jobs.c.id == bindparam("job_id"))
 
 
-def dead_jobs(now: Now, *, by_queue: bool) -> Select:
+def dead_jobs(now: Now, *, by_queue: bool) -> AnySelect:
     """The dead-letter list for a person, newest first: the dead rows, and the running
     ones dead by R08 (each part read through its own partial index)."""
     parts = [select(*seen(now)).where(IS_DEAD), select(*seen(now)).where(lease_lost(now))]
