@@ -1,6 +1,8 @@
 """queuecore: a durable job queue on SQLAlchemy, on SQLite or PostgreSQL."""
 
-from queuecore.connect import connect
+from queuecore.async_handling import AsyncLease
+from queuecore.async_worker import AsyncWorker
+from queuecore.connect import connect, connect_async
 from queuecore.copying import CopyReport, copy
 from queuecore.errors import (
     CopyConflictError,
@@ -18,12 +20,16 @@ from queuecore.errors import (
 from queuecore.handling import Done, Handler, Lease, Permanent, Retry, current_lease
 from queuecore.job import Completions, EnqueueResult, Job, JobSnapshot
 from queuecore.migrate import migrate
-from queuecore.protocol import Effect, Listener, Queue
+from queuecore.protocol import AsyncEffect, AsyncQueue, Effect, Listener, Queue
 from queuecore.registry import Registry
 from queuecore.supervisor import HandlerProcesses
 from queuecore.worker import Worker
 
 __all__ = [
+    "AsyncEffect",
+    "AsyncLease",
+    "AsyncQueue",
+    "AsyncWorker",
     "Completions",
     "CopyConflictError",
     "CopyReport",
@@ -52,6 +58,7 @@ __all__ = [
     "UnknownBackendError",
     "Worker",
     "connect",
+    "connect_async",
     "copy",
     "current_lease",
     "migrate",

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Coroutine, Generator
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -11,14 +12,14 @@ from sqlalchemy import URL, Engine
 from queuecore import options as option_set
 from queuecore.dsn import to_url
 from queuecore.errors import UnknownBackendError
-from queuecore.protocol import Queue
+from queuecore.protocol import AsyncQueue, BackendClass, Queue
 
 ENTRY_POINT_GROUP = "queuecore.backends"
 
-__all__ = ["ENTRY_POINT_GROUP", "backend_for", "connect", "to_url"]
+__all__ = ["ENTRY_POINT_GROUP", "backend_for", "connect", "connect_async", "to_url"]
 
 
-def backend_for(url: URL) -> Any:
+def backend_for(url: URL) -> BackendClass:
     """The backend class registered for the URL's dialect."""
     name = url.get_backend_name()
     found = entry_points(group=ENTRY_POINT_GROUP, name=name)
@@ -27,12 +28,13 @@ def backend_for(url: URL) -> Any:
         raise UnknownBackendError(
             f"no queuecore backend for the dialect {name!r}; installed backends: {known}"
         )
-    return next(iter(found)).load()
+    backend: BackendClass = next(iter(found)).load()
+    return backend
 
 
-def installed_backends() -> list[Any]:
+def installed_backends() -> list[BackendClass]:
     """Every backend that loads, so one's own options are known (and ignored) by the others."""
-    loaded = []
+    loaded: list[BackendClass] = []
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         try:
             loaded.append(ep.load())
@@ -52,3 +54,50 @@ def connect(bind: str | URL | Engine, **options: Any) -> Queue:
     backend = backend_for(url)
     accepted = option_set.sort(backend, installed_backends(), bind, options)
     return backend(bind if isinstance(bind, Engine) else url, **accepted)
+
+
+def connect_async(bind: str | URL, **options: Any) -> Opening:
+    """Open a queue for asyncio code: the same options as `connect()` (ADR 0009), every
+    operation awaited. PostgreSQL runs on psycopg 3's async connection, SQLite on
+    aiosqlite; both need `pip install 'queuecore[async]'`. `queue = await
+    connect_async(...)`, or `async with connect_async(...) as queue:` to close it at the
+    end of the block."""
+    return Opening(_open_async(bind, **options))
+
+
+class Opening:
+    """An async queue being opened: awaitable (the queue), and an async context manager
+    (the queue, closed on the way out), as aiosqlite's and asyncpg's connects are."""
+
+    def __init__(self, opening: Coroutine[Any, Any, AsyncQueue]) -> None:
+        self._opening = opening
+        self._queue: AsyncQueue | None = None
+
+    def __await__(self) -> Generator[Any, None, AsyncQueue]:
+        return self._opening.__await__()
+
+    async def __aenter__(self) -> AsyncQueue:
+        self._queue = await self._opening
+        return self._queue
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._queue is not None:
+            await self._queue.close()
+
+
+async def _open_async(bind: str | URL, **options: Any) -> AsyncQueue:
+    from queuecore.asyncqueue import AsyncSQLQueue
+    from queuecore.sqlqueue import SQLQueue
+
+    url = to_url(bind)
+    backend = backend_for(url)
+    accepted = option_set.sort(backend, installed_backends(), bind, options)
+    own = option_set.queue_options(SQLQueue)
+    ops_options = {name: accepted.pop(name) for name in list(accepted) if name in own}
+    try:
+        driver = await backend.open_async(url, ops_options, **accepted)
+    except ModuleNotFoundError as exc:
+        raise ModuleNotFoundError(
+            f"{exc}; the async queue needs its extra: pip install 'queuecore[async]'"
+        ) from exc
+    return AsyncSQLQueue(driver)

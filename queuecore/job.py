@@ -5,11 +5,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, overload
 
 
+@overload
+def to_datetime(epoch_seconds: float) -> datetime: ...
+@overload
+def to_datetime(epoch_seconds: None) -> None: ...
+@overload
+def to_datetime(epoch_seconds: float | None) -> datetime | None: ...
 def to_datetime(epoch_seconds: float | None) -> datetime | None:
-    """Times are stored as epoch seconds; people and status endpoints want datetimes."""
+    """Times are stored as epoch seconds; people and status endpoints want datetimes.
+    A NOT NULL column's value gives a datetime, a nullable one's may give None."""
     if epoch_seconds is None:
         return None
     return datetime.fromtimestamp(epoch_seconds, tz=timezone.utc)
@@ -36,6 +43,10 @@ class Job:
     lease_expires_at: datetime
     #: The enqueuing caller's trace context (`queuecore.tracing`), None when untraced.
     trace_context: str | None = None
+    #: When this attempt became ready to run (enqueued, its delay or backoff over, or a
+    #: lost lease's end), on the queue's clock: the start of its time in queue. None for
+    #: a job not handed out by a claim (`queuecore.testing.make_job`).
+    ready_at: datetime | None = None
 
 
 class Completions(list[bool]):

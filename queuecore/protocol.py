@@ -1,21 +1,51 @@
-"""The contract every backend satisfies. Code that uses a queue should type against this."""
+"""The contract every backend satisfies. Code that uses a queue should type against this.
+
+`Queue` holds everything a queue object offers its users, so that code typed against it
+never needs a backend's class: the operations of docs/contract.md, the settings a
+worker reads back (`lease_seconds`, `max_attempts`), the engine an effect or a report
+runs on, and the context manager. `tests/test_protocol.py` checks both ways: that
+mypy accepts every backend as a `Queue`, and that no public method of a backend is
+missing from it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
-from sqlalchemy import Connection
+from sqlalchemy import URL, Connection, Engine
 
 from queuecore.job import Completions, EnqueueResult, Job, JobSnapshot
+
+if TYPE_CHECKING:  # the asyncio extension needs greenlet: the async extra only
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
 Effect = Callable[[Connection], object]
 """A database effect: called with the completing transaction's connection (R10)."""
 
+AsyncEffect = Callable[["AsyncConnection"], Awaitable[object]]
+"""An effect of the async queue, awaited with the completing transaction's connection."""
+
 
 @runtime_checkable
 class Queue(Protocol):
+    @property
+    def engine(self) -> Engine:
+        """The SQLAlchemy engine the queue runs on: R03's transactions and readers of the
+        table (the dashboard, `copy`) use it."""
+        ...
+
+    @property
+    def lease_seconds(self) -> float:
+        """How long a claim holds a job (R06), and a heartbeat extends it (R13)."""
+        ...
+
+    @property
+    def max_attempts(self) -> int:
+        """The attempts a job gets when its enqueue names none (R01)."""
+        ...
+
     def enqueue(
         self,
         kind: str,
@@ -85,6 +115,10 @@ class Queue(Protocol):
 
     def get(self, job_id: int) -> JobSnapshot | None: ...
 
+    def dead_jobs(self, queue: str | None = None, *, limit: int = 100) -> list[JobSnapshot]:
+        """The dead-letter list, newest first, R08's lost leases included."""
+        ...
+
     def cancel(self, job_id: int) -> bool:
         """R25: a queued or running job becomes cancelled (terminal); False otherwise."""
         ...
@@ -97,7 +131,135 @@ class Queue(Protocol):
         """The queue's clock in epoch seconds (R20), for code that must agree with it."""
         ...
 
+    def listen(self) -> Listener | None:
+        """A connection that hears of new jobs, for idle workers (W6); None: poll."""
+        ...
+
     def close(self) -> None: ...
+
+    def __enter__(self) -> Queue: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+class BackendClass(Protocol):
+    """What `connect`, `migrate` and `copy` need of a backend's class (the entry point's
+    object): it makes queues, and it answers for the database before there is a queue."""
+
+    def __call__(self, bind: str | URL | Engine, **options: Any) -> Queue: ...
+
+    def create_engine(self, bind: str | URL | Engine, **options: Any) -> Engine:
+        """An engine set up for this database (pragmas, transaction start, pool)."""
+        ...
+
+    def id_sequence(self, conn: Connection) -> int:
+        """The last job id the table has handed out (0 before the first), purged ones too."""
+        ...
+
+    def advance_id_sequence(self, conn: Connection, at_least: int) -> None:
+        """Make the next id the table hands out greater than `at_least` (never lower it)."""
+        ...
+
+    async def open_async(self, url: URL, ops_options: dict[str, Any], **options: Any) -> Any:
+        """The async queue's driver for this database (`queuecore.connect_async`)."""
+        ...
+
+
+@runtime_checkable
+class AsyncQueue(Protocol):
+    """`Queue` for asyncio code (`queuecore.connect_async`): every operation a coroutine
+    with the same arguments, answers and errors; `conn=` takes an `AsyncConnection`, and
+    an effect may be `async def f(conn: AsyncConnection)` or a plain `def f(conn:
+    Connection)` (run through `AsyncConnection.run_sync`, in the same transaction)."""
+
+    async def enqueue(
+        self,
+        kind: str,
+        payload: Mapping[str, Any],
+        *,
+        queue: str = "default",
+        delay: float = 0,
+        run_at: datetime | float | None = None,
+        priority: int = 0,
+        max_attempts: int | None = None,
+        dedupe_key: str | None = None,
+        conn: AsyncConnection | None = None,
+    ) -> EnqueueResult: ...
+
+    async def enqueue_many(
+        self,
+        kind: str,
+        payloads: Iterable[Mapping[str, Any]],
+        *,
+        queue: str = "default",
+        priority: int = 0,
+        max_attempts: int | None = None,
+        conn: AsyncConnection | None = None,
+    ) -> list[int]: ...
+
+    async def claim(
+        self,
+        worker: str,
+        *,
+        limit: int = 1,
+        queues: Sequence[str] | None = None,
+        kinds: Sequence[str] | None = None,
+    ) -> list[Job]: ...
+
+    async def complete(
+        self, job: Job, *, effect: AsyncEffect | Effect | None = None, result: Any = None
+    ) -> bool:
+        """R09, R10; `result` (any JSON value, R24) is stored with the completion."""
+        ...
+
+    async def complete_many(
+        self,
+        jobs: Sequence[Job],
+        *,
+        effects: Sequence[AsyncEffect | Effect | None] | None = None,
+        results: Sequence[Any] | None = None,
+    ) -> Completions: ...
+
+    async def fail(
+        self,
+        job: Job,
+        error: str,
+        *,
+        retry_in: float | None = None,
+        permanent: bool = False,
+    ) -> Literal["queued", "dead"] | None: ...
+
+    async def heartbeat(self, job: Job) -> bool: ...
+
+    async def release(self, job: Job) -> bool: ...
+
+    async def requeue_dead(self, ids: Iterable[int] | None = None) -> list[int]: ...
+
+    async def stats(self, queue: str | None = None) -> Mapping[str, Any]: ...
+
+    async def purge(
+        self, *, older_than: float = 86400, states: Sequence[str] = ("done",), batch: int = 1000
+    ) -> int: ...
+
+    async def get(self, job_id: int) -> JobSnapshot | None: ...
+
+    async def cancel(self, job_id: int) -> bool:
+        """R25: a queued or running job becomes cancelled (terminal); False otherwise."""
+        ...
+
+    async def wait(self, job_id: int, timeout: float = 30.0) -> JobSnapshot | None:
+        """R26: the snapshot once terminal, or as it is at the timeout; None if unknown."""
+        ...
+
+    async def now(self) -> float:
+        """The queue's clock in epoch seconds (R20), for code that must agree with it."""
+        ...
+
+    async def close(self) -> None: ...
+
+    async def __aenter__(self) -> AsyncQueue: ...
+
+    async def __aexit__(self, *exc: object) -> None: ...
 
 
 class Listener(Protocol):

@@ -6,7 +6,7 @@ import json
 import math
 from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeGuard
 
 # Integer columns are 32-bit (priority, max_attempts) and ids 64-bit on PostgreSQL.
 INT32 = (-(2**31), 2**31 - 1)
@@ -150,5 +150,5 @@ def epoch(name: str, value: object) -> float:
     return float(value)
 
 
-def _is_real(value: object) -> bool:
+def _is_real(value: object) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)

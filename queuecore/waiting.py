@@ -6,9 +6,10 @@ wait costs a handful of reads, and a lost notification only delays the answer.
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import Protocol
 
 from queuecore.job import JobSnapshot
@@ -19,6 +20,12 @@ GROWTH = 1.5
 
 class FinishSignal(Protocol):
     def sleep(self, seconds: float) -> None:
+        """Return after `seconds`, or earlier when the job may have finished."""
+        ...
+
+
+class AsyncFinishSignal(Protocol):
+    async def sleep(self, seconds: float) -> None:
         """Return after `seconds`, or earlier when the job may have finished."""
         ...
 
@@ -57,4 +64,39 @@ def wait_until_finished(
             if left <= 0:
                 return snapshot
             finish.sleep(min(pause, left))
+            pause = min(pause * GROWTH, pause_cap)
+
+
+class AsyncSleep:
+    """`Sleep` for the async queue: the event loop runs on while it waits."""
+
+    async def __aenter__(self) -> AsyncSleep:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+async def wait_until_finished_async(
+    look: Callable[[], Awaitable[JobSnapshot | None]],
+    signal: Callable[[], AbstractAsyncContextManager[AsyncFinishSignal]],
+    *,
+    timeout: float,
+    pause_cap: float,
+) -> JobSnapshot | None:
+    """`wait_until_finished`, awaited: the same looks at the same growing pauses."""
+    deadline = time.monotonic() + timeout
+    pause = FIRST_PAUSE
+    async with signal() as finish:
+        while True:
+            snapshot = await look()
+            if snapshot is None or snapshot.finished:
+                return snapshot
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return snapshot
+            await finish.sleep(min(pause, left))
             pause = min(pause * GROWTH, pause_cap)

@@ -10,6 +10,10 @@
   pending, `Retry-After` says when to ask again. `?wait=S` holds the answer up to S
   seconds until the job finishes (long polling, `queue.wait`).
 - `DELETE /jobs/{id}` cancels a queued or running job (409 once it has finished).
+
+The endpoints are `async def` on `queuecore.connect_async`, opened and closed by the
+lifespan: a request that waits on the database (a held lock, a `?wait=` long poll)
+yields the event loop instead of blocking every other request behind it.
 """
 
 from __future__ import annotations
@@ -38,29 +42,30 @@ class NewJob(BaseModel):
 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    app.state.queue = queuecore.connect(os.environ["QUEUECORE_DSN"])
-    yield
-    app.state.queue.close()
+    async with queuecore.connect_async(os.environ["QUEUECORE_DSN"]) as queue:
+        app.state.queue = queue
+        yield
 
 
 app = FastAPI(title="queuecore example", lifespan=lifespan)
 
 
-def _queue(request: Request) -> queuecore.Queue:
-    return request.app.state.queue
+def _queue(request: Request) -> queuecore.AsyncQueue:
+    queue: queuecore.AsyncQueue = request.app.state.queue
+    return queue
 
 
-@app.post("/jobs", status_code=202)
-def create_job(
+@app.post("/jobs", status_code=202, response_model=None)
+async def create_job(
     job: NewJob,
     request: Request,
     response: Response,
     idempotency_key: str | None = Header(default=None),
-) -> dict[str, Any]:
+) -> dict[str, Any] | JSONResponse:
     if job.kind not in REGISTRY:
         raise HTTPException(422, f"unknown kind {job.kind!r}; known: {sorted(REGISTRY)}")
     try:
-        res = _queue(request).enqueue(
+        res = await _queue(request).enqueue(
             job.kind,
             job.payload,
             dedupe_key=None if idempotency_key is None else f"http:{idempotency_key}",
@@ -81,14 +86,14 @@ def create_job(
 
 
 @app.get("/jobs/{job_id}")
-def read_job(
+async def read_job(
     job_id: int,
     request: Request,
     response: Response,
     wait: float = Query(default=0, ge=0, le=MAX_WAIT_SECONDS),
 ) -> dict[str, Any]:
     queue = _queue(request)
-    snap = queue.wait(job_id, timeout=wait) if wait else queue.get(job_id)
+    snap = await (queue.wait(job_id, timeout=wait) if wait else queue.get(job_id))
     if snap is None:
         raise HTTPException(404, f"no job {job_id}")
     if not snap.finished:
@@ -109,11 +114,11 @@ def read_job(
 
 
 @app.delete("/jobs/{job_id}")
-def cancel_job(job_id: int, request: Request) -> dict[str, Any]:
+async def cancel_job(job_id: int, request: Request) -> dict[str, Any]:
     queue = _queue(request)
-    if queue.cancel(job_id):
+    if await queue.cancel(job_id):
         return {"id": job_id, "status": "cancelled"}
-    snap = queue.get(job_id)
+    snap = await queue.get(job_id)
     if snap is None:
         raise HTTPException(404, f"no job {job_id}")
     raise HTTPException(409, f"job {job_id} is {snap.state} already: nothing to cancel")

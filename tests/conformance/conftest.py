@@ -1,4 +1,6 @@
-"""The one parametrized fixture: every conformance test runs on every backend.
+"""The one parametrized fixture: every conformance test runs on every backend, and every
+test that opens a queue runs through both faces: the sync `Queue` and the `AsyncQueue`
+(driven through a blocking portal, `portal.py`), four configurations in all.
 
 Each test gets an empty, migrated database, a fake clock it moves by hand (R20) and a
 random source pinned to 1.0 (R21), so a backoff delay equals its ceiling.
@@ -17,8 +19,10 @@ from queuecore.backends.sqlite import pick_driver
 
 import queuecore
 from queuecore.schema import jobs
+from tests.conformance.portal import BlockingQueue, Portal
 
 BACKENDS = ("sqlite", "postgresql")
+APIS = ("sync", "async")
 START = 1_700_000_000.0
 
 
@@ -54,6 +58,32 @@ def postgres_database(scratch_databases: Any) -> str:
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
     return request.param
+
+
+@pytest.fixture(params=APIS)
+def api(request: pytest.FixtureRequest) -> str:
+    """Which face opens the test's queues: `queuecore.connect` or `queuecore.connect_async`."""
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def portal() -> Iterator[Portal]:
+    running = Portal()
+    yield running
+    running.close()
+
+
+@pytest.fixture
+def connect(api: str, request: pytest.FixtureRequest) -> Callable[..., queuecore.Queue]:
+    """`queuecore.connect`, or `connect_async` behind the portal: the same arguments."""
+    if api == "sync":
+        return queuecore.connect
+    portal = request.getfixturevalue("portal")
+
+    def connect_async(bind: Any, **options: Any) -> queuecore.Queue:
+        return BlockingQueue(portal.call(queuecore.connect_async, bind, **options), portal)
+
+    return connect_async
 
 
 @pytest.fixture
@@ -111,14 +141,16 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def make_queue(dsn: str, clock: FakeClock) -> Iterator[Callable[..., queuecore.Queue]]:
+def make_queue(
+    dsn: str, clock: FakeClock, connect: Callable[..., queuecore.Queue]
+) -> Iterator[Callable[..., queuecore.Queue]]:
     """Opens queues on this test's database; the fake clock and rng = 1.0 unless overridden."""
     opened: list[queuecore.Queue] = []
 
     def make(**options: Any) -> queuecore.Queue:
         options.setdefault("clock", clock)
         options.setdefault("rng", lambda: 1.0)
-        queue = queuecore.connect(dsn, **options)
+        queue = connect(dsn, **options)
         opened.append(queue)
         return queue
 

@@ -1,10 +1,14 @@
 """The claim is compiled per shape (one job or many, all queues or a list): each shape
-must keep R05-R08. SQLite cannot RETURN the pre-claim `visible_at`, so its many-job
-claim restores the order differently from PostgreSQL's: both must give R05's order."""
+must keep R05-R08. SQLite's many-job claim restores the order differently from
+PostgreSQL's (it lists the order first): both must give R05's order. Every shape says
+when each job became ready (`Job.ready_at`, issue 14's time in queue)."""
 
 from __future__ import annotations
 
 import pytest
+
+from queuecore.job import to_datetime
+from tests.conformance.conftest import START
 
 LEASE = 30
 
@@ -64,3 +68,27 @@ def test_r13_r14_hot_path_reports_keep_their_fence(queue, clock):
     assert not queue.release(job)
     assert queue.fail(job, "late") is None
     assert queue.get(job.id).attempts == 0
+
+
+@pytest.mark.parametrize("limit", [1, 3])
+@pytest.mark.parametrize("queues", [None, ["a"]])
+def test_every_claim_shape_returns_the_visible_at_it_found_as_ready_at(queue, clock, limit, queues):
+    """The enqueue, a retry's backoff's end, a lost lease's end, a delay's end: the
+    claim overwrites visible_at with its lease's end, and returns the old one."""
+    retried = queue.enqueue("k", {}, queue="a", priority=-2).id
+    [job] = queue.claim("w")
+    assert queue.fail(job, "once", retry_in=2) == "queued"
+    lost = queue.enqueue("k", {}, queue="a", priority=-1).id
+    assert [j.id for j in queue.claim("w")] == [lost]  # its lease ends at START + 30
+    fresh = queue.enqueue("k", {}, queue="a").id
+    delayed = queue.enqueue("k", {}, queue="a", delay=5).id
+    clock.advance(LEASE + 10)
+    ready = {}
+    while claimed := queue.claim("w", limit=limit, queues=queues):
+        ready.update({j.id: j.ready_at for j in claimed})
+    assert ready == {
+        retried: to_datetime(START + 2),
+        lost: to_datetime(START + LEASE),
+        fresh: to_datetime(START),
+        delayed: to_datetime(START + 5),
+    }

@@ -40,6 +40,6 @@ def test_r27_same_key_same_work_is_r02(queue, db):
 def test_r27_a_conflict_inside_the_callers_transaction_writes_nothing(queue, db):
     queue.enqueue("email", {"to": "a"}, dedupe_key="k1")
     before = all_rows(db)
-    with db.connect() as conn, conn.begin(), pytest.raises(queuecore.DedupeConflict):
+    with queue.engine.connect() as conn, conn.begin(), pytest.raises(queuecore.DedupeConflict):
         queue.enqueue("email", {"to": "b"}, dedupe_key="k1", conn=conn)
     assert all_rows(db) == before

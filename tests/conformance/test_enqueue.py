@@ -90,7 +90,7 @@ def test_r02_dedupe_key_holds_until_the_job_is_purged(queue, clock, db):
 
 
 def test_r03_enqueue_in_a_rolled_back_transaction_leaves_no_job(queue, db, app_table):
-    with db.connect() as conn:
+    with queue.engine.connect() as conn:
         tx = conn.begin()
         conn.execute(app_table.insert().values(note="order 1"))
         res = queue.enqueue("ship", {"order": 1}, conn=conn)
@@ -110,7 +110,7 @@ def test_r03_enqueue_in_a_rolled_back_transaction_leaves_no_job(queue, db, app_t
 
 
 def test_r03_enqueue_in_a_committed_transaction_creates_the_job(queue, db, app_table):
-    with db.begin() as conn:
+    with queue.engine.begin() as conn:
         conn.execute(app_table.insert().values(note="order 2"))
         res = queue.enqueue("ship", {"order": 2}, conn=conn, dedupe_key="ship-2")
         (part,) = queue.enqueue_many("ship", [{"order": 2, "part": 2}], conn=conn)

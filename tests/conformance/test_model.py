@@ -1,4 +1,4 @@
-"""A small pure-Python model of the rules in SPEC.md, and random sequences of operations
+"""A small pure-Python model of the rules in docs/contract.md, and random sequences of operations
 run against it and a backend (fake clock, rng pinned to 1.0): every return value, every
 `get()` and `stats()` must agree with the model after every step."""
 
@@ -30,6 +30,10 @@ LEASE = 10.0
 BACKOFF_BASE, BACKOFF_CAP = 1.0, 8.0
 MAX_ATTEMPTS = 3
 EXAMPLES = int(os.environ.get("QUEUECORE_MODEL_EXAMPLES", "500"))
+#: The async face runs the very plans of the operations layer the sync face runs (ADR
+#: 0013) through its own executor, a thread hop and an event loop slower per step: fewer
+#: sequences cover that executor, and keep the suite within CI's budget.
+ASYNC_EXAMPLES = max(1, EXAMPLES * 2 // 5)
 
 QUEUES = ["q1", "q2"]
 names = st.sampled_from
@@ -385,7 +389,7 @@ class QueueMachine(RuleBasedStateMachine):
             )
 
 
-def test_backend_agrees_with_the_model(make_queue, clock):
+def test_backend_agrees_with_the_model(make_queue, clock, api):
     queue = make_queue(
         lease_seconds=LEASE,
         max_attempts=MAX_ATTEMPTS,
@@ -395,7 +399,7 @@ def test_backend_agrees_with_the_model(make_queue, clock):
     run_state_machine_as_test(
         lambda: QueueMachine(queue, clock),
         settings=settings(
-            max_examples=EXAMPLES,
+            max_examples=ASYNC_EXAMPLES if api == "async" else EXAMPLES,
             stateful_step_count=30,
             deadline=None,
             database=None,

@@ -83,7 +83,7 @@ def nows(queue: SQLQueue) -> list[ColumnElement[float]]:
     """The time expressions the queue's statements are built with: a bound parameter for
     an injected (or local) clock, and the server's clock where that is the default."""
     found = [bindparam("now", type_=Double)]
-    server = queue._server_now()  # the backend's hook for its default clock
+    server = queue.backend.server_now()  # the backend's hook for its default clock
     if server is not None:
         found.append(server)
     return found
@@ -142,7 +142,7 @@ def test_r19_every_claim_shape_reads_the_ready_index(
         "kind_1": "other",
     }
     for one, queue_count, kind_count in itertools.product((True, False), (None, 1, 2), KINDS):
-        steps = queue._claim_plan(one, queue_count, kind_count).steps
+        steps = queue.ops.claim_plan(one, queue_count, kind_count).steps
         with db.connect() as conn:
             plans = [explain_sent(conn, step.sql, step.parameters(params)) for step in steps]
         if one:
@@ -204,7 +204,7 @@ def test_one_job_claim_keeps_one_plan_on_postgresql(make_queue, db, backend, clo
     for _ in range(20):
         [job] = queue.claim("w")
         assert queue.complete(job)
-    _, driver = queue._hot_connection()
+    _, driver = queue.hot.connection()
     prepared = driver.execute(
         "SELECT statement, generic_plans FROM pg_prepared_statements"
     ).fetchall()

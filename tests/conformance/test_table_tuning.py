@@ -1,6 +1,6 @@
 """Migration 0002: PostgreSQL's queue table keeps its claim fast through churn by
-per-table autovacuum and fillfactor settings (SPEC: known traps, bloat); on SQLite it
-changes nothing. Timing is the benchmark's business: here only the settings are checked.
+per-table autovacuum and fillfactor settings (docs/contract.md, Traps: bloat); on SQLite
+it changes nothing. Timing is the benchmark's business: here only the settings are checked.
 It is not parametrized over backends: SQLite has no such settings to check."""
 
 from __future__ import annotations

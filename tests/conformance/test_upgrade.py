@@ -1,5 +1,6 @@
-"""R28: an upgrade keeps every job. A database at the previous revision is filled with jobs
-in every state, upgraded, and each job must be stored as before and behave as before."""
+"""R28: an upgrade keeps every job. A database at an earlier revision is filled with jobs
+in every state it knows, upgraded, and each job must be stored as before and behave as
+before."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ import sqlalchemy as sa
 from alembic import command
 
 import queuecore
+from queuecore.job import to_datetime
 from queuecore.migrate import _config, current_revision, head_revision, include_object
 from tests.conformance.conftest import START, FakeClock
 from tests.conformance.test_migrations import drift
 
-NEW_COLUMNS = ("result", "awaited", "trace_context")
+#: The columns added since each revision the test starts from.
+NEW_COLUMNS = {"0002": ("result", "awaited", "trace_context", "ready_at"), "0003": ("ready_at",)}
 LEASE = 30.0
 
 
@@ -83,33 +86,50 @@ EVERY_STATE = {
 }
 
 
-def fill(engine: sa.Engine) -> dict[str, int]:
+#: What 0003 can hold and 0002 cannot: the cancelled state, a result, a waiter, a trace.
+SINCE_0003 = {
+    "cancelled": job("cancelled", "cancelled", finished_at=START - 50),
+    "done": {**EVERY_STATE["done"], "result": {"sent": ["é", 1.5]}},
+    "running": {**EVERY_STATE["running"], "awaited": True},
+    "queued": {**EVERY_STATE["queued"], "trace_context": '{"traceparent": "00-ab-cd-01"}'},
+}
+
+
+def every_state(revision: str) -> dict[str, dict[str, Any]]:
+    if revision == "0002":
+        return EVERY_STATE
+    return {**EVERY_STATE, **SINCE_0003}
+
+
+def fill(engine: sa.Engine, revision: str) -> dict[str, int]:
     table = sa.Table("queuecore_jobs", sa.MetaData(), autoload_with=engine)
     ids = {}
     with engine.begin() as conn:
-        for name, row in EVERY_STATE.items():
+        for name, row in every_state(revision).items():
             ids[name] = conn.execute(table.insert().values(**row).returning(table.c.id)).scalar()
         conn.execute(table.delete().where(table.c.id == ids["purged"]))  # the newest id
     return ids
 
 
-def test_r28_upgrade_to_head_keeps_every_job_in_every_state(old_engine, empty_dsn):
-    upgrade(old_engine, "0002")
-    assert current_revision(old_engine) == "0002"
-    ids = fill(old_engine)
+@pytest.mark.parametrize("revision", sorted(NEW_COLUMNS))
+def test_r28_upgrade_to_head_keeps_every_job_in_every_state(old_engine, empty_dsn, revision):
+    upgrade(old_engine, revision)
+    assert current_revision(old_engine) == revision
+    ids = fill(old_engine, revision)
     before = rows(old_engine)
-    assert len(before) == len(EVERY_STATE) - 1
+    assert len(before) == len(every_state(revision)) - 1
 
     upgrade(old_engine, "head")
 
     assert current_revision(old_engine) == head_revision()
     after = rows(old_engine)
-    assert {i: {k: v for k, v in r.items() if k not in NEW_COLUMNS} for i, r in after.items()} == (
-        before
-    )
-    assert all(r[c] is None for r in after.values() for c in NEW_COLUMNS)
+    added = NEW_COLUMNS[revision]
+    assert {i: {k: v for k, v in r.items() if k not in added} for i, r in after.items()} == before
+    assert all(r[c] is None for r in after.values() for c in added)
     assert drift(old_engine, include_object=include_object) == []  # indexes and all
     _still_claimable(empty_dsn, ids)
+    if revision == "0003":
+        _kept_since_0003(empty_dsn, ids)
 
 
 def _still_claimable(dsn: str, ids: dict[str, int]) -> None:
@@ -128,6 +148,9 @@ def _still_claimable(dsn: str, ids: dict[str, int]) -> None:
             ids["lease_over"],
         ]
         assert [j.attempts for j in claimed] == [1, 1, 2, 1, 3]
+        # No row had a ready_at before the upgrade: the claim writes what it found.
+        ready = [START - 60] * 4 + [START - 5]
+        assert [j.ready_at for j in claimed] == [to_datetime(at) for at in ready]
         assert queue.get(ids["last_attempt_over"]).state == "dead"  # R08, as before
         assert queue.complete(claimed[0], result={"upgraded": True})
         assert queue.get(ids["queued_mail_urgent"]).result == {"upgraded": True}
@@ -139,5 +162,16 @@ def _still_claimable(dsn: str, ids: dict[str, int]) -> None:
         assert queue.get(ids["done"]).state == "done"
         clock.advance(2 * LEASE)
         assert {j.id for j in queue.claim("later", limit=20)} >= {ids["dead"], fresh.id}
+    finally:
+        queue.close()
+
+
+def _kept_since_0003(dsn: str, ids: dict[str, int]) -> None:
+    """What only 0003 could hold reads back after the upgrade to 0004."""
+    queue = queuecore.connect(dsn, clock=FakeClock())
+    try:
+        assert queue.get(ids["cancelled"]).state == "cancelled"
+        assert queue.get(ids["done"]).result == {"sent": ["é", 1.5]}
+        assert not queue.cancel(ids["cancelled"])
     finally:
         queue.close()

@@ -220,7 +220,11 @@ def test_the_web_api_example_end_to_end(server: str, dsn: str, tmp_path: Path) -
         running = conn.execute(sa.select(jobs.c.id).where(jobs.c.state == "running")).all()
     assert running == []
 
-    with queuecore_process(*WORKER, "--dsn", dsn, log=tmp_path / "worker-b.log") as worker_b:
+    log_b = tmp_path / "worker-b.log"
+    with queuecore_process(*WORKER, "--dsn", dsn, log=log_b) as worker_b:
+        # Its SIGTERM handler is in place once it says it started: worker A may have left
+        # it nothing to do, and a SIGTERM during its start-up would simply kill it.
+        wait_until(lambda: "started:" in log_b.read_text(), worker_b, log_b)
         answers = {}
         for name, job_id in ids.items():
             answer = client.get(f"/jobs/{job_id}", params={"wait": 20})
