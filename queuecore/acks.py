@@ -142,11 +142,16 @@ class AckWindow:
     def _complete(
         self, jobs: list[Job], effects: list[Effect | None], results: list[Any]
     ) -> Completions:
-        """Only what the batch needs: no savepoints without effects, and the plain batch
-        statement when no job has a result."""
-        options: dict[str, Any] = {}
-        if any(effect is not None for effect in effects):
-            options["effects"] = effects
-        if any(result is not None for result in results):
-            options["results"] = results
-        return self.queue.complete_many(jobs, **options)
+        return self.queue.complete_many(jobs, **complete_many_options(effects, results))
+
+
+def complete_many_options(effects: list[Effect | None], results: list[Any]) -> dict[str, Any]:
+    """What a flush passes to `complete_many`, for every worker's ack window: only what
+    the batch needs, so no savepoints without effects, and the plain batch statement
+    when no job has a result."""
+    options: dict[str, Any] = {}
+    if any(effect is not None for effect in effects):
+        options["effects"] = effects
+    if any(result is not None for result in results):
+        options["results"] = results
+    return options

@@ -1,7 +1,17 @@
 """The claimer: asks the queue for as many jobs as there are free slots (plus prefetch),
 only of the kinds the worker has handlers for (W2, R23), and waits cheaply when there
 are none (W6): a short pause that grows to the poll interval, or the poll interval
-itself while notifications wake it."""
+itself while notifications wake it.
+
+While claimed jobs still wait for a slot, it waits until there is room for half as many
+as it keeps ahead: one claim of several jobs costs little more than a claim of one, and
+a claim per finished job was what limited the worker (issue 12's profile).
+
+How many it keeps ahead of its slots (the prefetch) is the worker's `prefetch` when set;
+by default it follows the handlers' mean run time: about AHEAD_SECONDS of work per
+slot, at most AUTO_PREFETCH_MOST jobs, so no-op jobs are claimed by the dozen while a
+worker whose handlers take seconds claims no job before a slot is free for it, and
+leaves the rest to the other workers."""
 
 from __future__ import annotations
 
@@ -15,6 +25,17 @@ from queuecore.reconnect import connection_lost
 from queuecore.worklog import describe, log
 
 FIRST_IDLE_PAUSE = 0.05
+AHEAD_SECONDS = 0.05
+AUTO_PREFETCH_MOST = 32
+
+
+def auto_prefetch(slots: int, handler_seconds: float | None) -> int:
+    """Jobs to claim ahead of `slots` slots whose handlers ran `handler_seconds` on
+    average: one per slot until a handler was timed, so each has its next job at hand."""
+    if handler_seconds is None:
+        return slots
+    wanted = slots * AHEAD_SECONDS / max(handler_seconds, 1e-6)
+    return min(AUTO_PREFETCH_MOST, int(wanted))
 
 
 class Claimer:
@@ -26,8 +47,9 @@ class Claimer:
         name: str,
         queues: Sequence[str] | None,
         kinds: Sequence[str],
-        active_limit: int,
-        held_limit: int,
+        slots: int,
+        prefetch: int | None,
+        ack_batch: int,
         poll_interval: float,
         exit_when_idle: float | None,
         listening: Callable[[], bool],
@@ -38,10 +60,9 @@ class Claimer:
         self.name = name
         self.queues = queues
         self.kinds = kinds
-        # The slots (and prefetch) kept busy, while the ack window may hold more leases;
-        # a window that grows past its size (a slow flush) holds claiming back.
-        self.active_limit = active_limit
-        self.held_limit = held_limit
+        self.slots = slots
+        self.prefetch = prefetch  # None: auto_prefetch
+        self.ack_batch = ack_batch
         self.poll_interval = poll_interval
         self.exit_when_idle = exit_when_idle
         self.listening = listening
@@ -54,8 +75,14 @@ class Claimer:
         idle_since: float | None = None
         while not holdings.stopping.is_set():
             holdings.wake.clear()
-            room = holdings.room(self.active_limit, self.held_limit)
-            if room <= 0:
+            # The slots and the prefetch kept busy, while the ack window may hold more
+            # leases; a window that grows past its size (a slow flush) holds claiming back.
+            prefetch = self.prefetch
+            if prefetch is None:
+                prefetch = auto_prefetch(self.slots, holdings.handler_seconds)
+            active = self.slots + prefetch
+            room = holdings.room(active, active + self.ack_batch)
+            if room <= 0 or (room < active // 2 and holdings.any_waiting()):
                 holdings.wake.wait()  # a slot frees up, or stop()
                 continue
             try:

@@ -19,7 +19,7 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from queuecore import validate
+from queuecore import supervisor, validate
 from queuecore.connect import connect
 from queuecore.errors import QueuecoreError
 from queuecore.migrate import migrate
@@ -44,7 +44,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # argparse has printed the usage and the problem
         return exc.code if isinstance(exc.code, int) else 2
     try:
-        return args.command(args)
+        code: int = args.command(args)  # each command's main returns its exit status
+        return code
     except (UsageError, ValueError, TypeError) as exc:  # the library's bad-input errors (R22)
         print(f"queuecore {args.subcommand}: {in_option_names(str(exc), parser)}", file=sys.stderr)
         return 2
@@ -88,8 +89,15 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("registry", metavar="MODULE:REGISTRY", help="a mapping kind -> handler")
     _dsn(worker)
     worker.add_argument("--queues", type=_names, help="comma-separated queues (default: all)")
-    worker.add_argument("--concurrency", type=int, default=1, help="jobs at once (default 1)")
-    worker.add_argument("--prefetch", type=int, default=0, help="jobs claimed ahead (default 0)")
+    worker.add_argument(
+        "--concurrency",
+        type=int,
+        default=1,
+        help="jobs at once (default 1); with async def handlers, tasks of one event loop",
+    )
+    worker.add_argument(
+        "--prefetch", type=int, help="jobs claimed ahead (default: about 50 ms of work, <= 32)"
+    )
     worker.add_argument("--lease-seconds", type=float, default=30.0, help="default 30")
     worker.add_argument("--backoff-base", type=float, default=1.0, help="default 1")
     worker.add_argument("--backoff-cap", type=float, default=60.0, help="default 60")
@@ -194,7 +202,7 @@ def _names(text: str) -> list[str]:
 def _need_dsn(args: argparse.Namespace) -> str:
     if not args.dsn:
         raise UsageError("no database: pass --dsn DSN or set QUEUECORE_DSN")
-    return args.dsn
+    return str(args.dsn)
 
 
 def _open(args: argparse.Namespace, **options: Any) -> Any:
@@ -225,6 +233,7 @@ def _migrate(args: argparse.Namespace) -> int:
 
 def _worker(args: argparse.Namespace) -> int:
     _need_dsn(args)  # the first thing to say when it is missing
+    supervisor.prestart()  # its imports overlap loading the registry and connecting
     try:
         handlers = load_registry(args.registry)
     except RegistryNotFound as exc:

@@ -10,14 +10,14 @@ A job already on the target is never overwritten: once copied, the target is its
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from sqlalchemy import URL, Connection, Engine, exc, func, select
 
 from queuecore import validate
-from queuecore.connect import connect
+from queuecore.connect import backend_for, connect
 from queuecore.errors import CopyConflictError, LiveLeasesError
 from queuecore.schema import RUNNING, jobs
 
@@ -74,11 +74,12 @@ def copy(
             seen += len(rows)
             if progress is not None:
                 progress(len(rows))
+        source_backend, target_backend = backend_for(src.engine.url), backend_for(dst.engine.url)
         with reader.connect() as conn:
-            last = max(type(src).id_sequence(conn), _max_id(conn))
+            last = max(source_backend.id_sequence(conn), _max_id(conn))
         with dst.engine.begin() as conn:
-            type(dst).advance_id_sequence(conn, last)
-            next_id = type(dst).id_sequence(conn)
+            target_backend.advance_id_sequence(conn, last)
+            next_id = target_backend.id_sequence(conn)
     return CopyReport(copied, seen - copied, time.monotonic() - started, next_id)
 
 
@@ -136,7 +137,9 @@ def _insert(dst: Any, conn: Connection, rows: list[dict[str, Any]]) -> int:
     ids = [row["id"] for row in rows]
     present = conn.execute(select(func.count()).where(jobs.c.id.in_(ids))).scalar_one()
     if present < len(rows):
-        conn.execute(dst._insert(jobs).on_conflict_do_nothing(index_elements=[jobs.c.id]), rows)
+        conn.execute(
+            dst.backend.insert(jobs).on_conflict_do_nothing(index_elements=[jobs.c.id]), rows
+        )
     return len(rows) - present
 
 
@@ -193,7 +196,7 @@ def _refuse_different_jobs(reader: Engine, target: Engine, size: int) -> None:
         after = theirs[-1][0]
 
 
-def _by_id(rows: list[Any]) -> Mapping[int, tuple[Any, ...]]:
+def _by_id(rows: Sequence[Any]) -> Mapping[int, tuple[Any, ...]]:
     return {row[0]: tuple(row[1:]) for row in rows}
 
 

@@ -1,31 +1,39 @@
 """The child side of handler processes (W7; `queuecore.supervisor` is the worker's side).
 
-One fork server per worker, started as a fresh interpreter, imports the registry and
-forks a handler process for each slot on the worker's request (and again after one died),
-so a worker with N slots starts two interpreters, not N + 1, and a crashed handler process
-is replaced in milliseconds. The fork server runs no thread and opens no database
-connection, so a fork inherits neither a held lock nor a connection in use (SQLite forbids
-carrying one across a fork). It sends the worker each child's socket, and reaps children.
+One fork server per worker (forked from `queuecore worker`'s process before it starts a
+thread or connects, else started as a fresh interpreter: `supervisor.prestart`) imports
+the registry and forks a handler process for each slot on the worker's request (and
+again after one died), so a worker with N slots starts at most two interpreters, not
+N + 1, and a crashed handler process is replaced in milliseconds. The fork server runs
+no thread and opens no database connection, so a fork inherits neither a held lock nor
+a connection in use (SQLite forbids carrying one across a fork). It sends the worker
+each child's socket and shared word, and reaps children.
 
-A handler process runs the jobs its worker sends, one at a time, and sends back what each
-came to. Its main thread runs handlers; a reader thread takes the worker's messages, so a lost
-lease reaches `current_lease().lost` while the handler runs (W3), and the end of the
-worker (its socket closing, even by SIGKILL) ends this process at once. SIGTERM and
+A handler process runs the jobs its worker sends, one at a time and in order, and sends
+back what each came to. Its main thread runs handlers; a reader thread takes the worker's
+messages, so the next jobs queue up here while one runs, a lost lease reaches
+`current_lease().lost` while the handler runs (W3), and the end of the worker (its
+socket closing, even by SIGKILL) ends this process at once. Before it starts a job, the
+main thread writes the job's number into a word of memory it shares with the worker
+(RUNNING): once this process died, that word alone says which job it took with it, and
+the jobs after it, which never started, are given back uncharged. SIGTERM and
 SIGINT are the worker's to handle (W4): a terminal's Ctrl-C reaches the whole process
 group, and the running handler must be let finish within the grace period.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
+import mmap
 import os
-import queue as stdlib_queue
 import signal
 import socket
+import struct
 import sys
+import tempfile
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import send_handle
@@ -50,13 +58,23 @@ def supervisor_pid() -> int | None:
     return _supervisor
 
 
+#: The shared word where a handler process writes the number of the job it starts, so
+#: its supervisor can tell, once it died, which of the jobs sent to it had started.
+RUNNING = struct.Struct("q")
+
+
 class Serving:
+    """A handler process: its reader thread takes the worker's messages (jobs, sent a few
+    ahead so that this process never waits for its supervisor between two of them; a
+    lost lease; a stop), its main thread runs the jobs one at a time, in order."""
+
     def __init__(
         self,
         conn: Connection,
         handlers: Mapping[str, Handler],
         open_queue: Callable[[], Queue],
         max_result_bytes: int,
+        running: mmap.mmap,
     ) -> None:
         self.conn = conn
         self.handlers = handlers
@@ -64,8 +82,15 @@ class Serving:
         self.open_queue = open_queue
         self.queue: Queue | None = None
         self.waiting_for_database = False
-        self.jobs: stdlib_queue.SimpleQueue[Job] = stdlib_queue.SimpleQueue()
-        self.current: Lease | None = None
+        self.running = running
+        self._sending = threading.Lock()  # both threads send
+        self._ready = threading.Condition()
+        self._jobs: deque[tuple[int, Lease]] = deque()  # sent to this process, not started
+        self._leases: dict[int, Lease] = {}  # by number, until the job's outcome is sent
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        with self._sending:
+            self.conn.send(message)
 
     def read(self) -> None:
         """The worker's messages, until it goes away; then this process goes too."""
@@ -75,30 +100,48 @@ class Serving:
             except (EOFError, OSError):
                 tracing.flush()
                 os._exit(0)
-            if message[0] == "job":
-                self.jobs.put(message[1])
+            if message[0] == "jobs":
+                with self._ready:
+                    for number, job in message[1]:
+                        lease = self._leases[number] = Lease(job)
+                        self._jobs.append((number, lease))
+                    self._ready.notify()
             elif message[0] == "lost":
-                lease = self.current
-                if lease is not None and lease.job.id == message[1]:
-                    lease.lost.set()
+                held = self._leases.get(message[1])
+                if held is not None:
+                    held.lost.set()
+            else:  # ("stop",): the jobs not started go back at once (W4, or behind a long job)
+                with self._ready:
+                    unstarted = len(self._jobs)
+                    for number, _ in self._jobs:
+                        del self._leases[number]
+                    self._jobs.clear()
+                self.send(("unstarted", unstarted))
 
     def serve(self) -> None:
         while True:
-            job = self.jobs.get()
-            lease = self.current = Lease(job)
+            with self._ready:
+                while not self._jobs:
+                    self._ready.wait()
+                number, lease = self._jobs.popleft()
+                # Taken and marked under one lock: a stop gives back only what is unmarked,
+                # and a death from here on is this job's.
+                RUNNING.pack_into(self.running, 0, number)
+            started = time.perf_counter()
             outcome = run_in_this_process(self.handlers, lease, self.max_result_bytes)
             if isinstance(outcome, Raised):
-                self.send_raised(outcome)
+                self.send_raised(outcome, started)
             elif outcome.effect is None:  # the result (a JSON value) travels back
-                self.conn.send(("returned", outcome.result))
+                self.send(("returned", outcome.result, time.perf_counter() - started))
             else:
-                self.complete(job, outcome)
-            self.current = None
+                self.complete(lease.job, outcome, started)
+            del self._leases[number]
 
     def connect(self) -> Queue:
-        """This process's own connection, for the completions with effects; opened at
-        start when the database can be reached, else when first needed, then retried
-        until it can (an outage is never the job's failure)."""
+        """This process's own connection, for the completions with effects: opened when
+        first needed, so a worker whose handlers return no effect holds none for its
+        handler processes; then retried until it can (an outage is never the job's
+        failure)."""
         while self.queue is None:
             try:
                 self.queue = self.open_queue()
@@ -110,9 +153,9 @@ class Serving:
         self.waiting_for_database = False
         return self.queue
 
-    def complete(self, job: Job, outcome: Returned) -> None:
+    def complete(self, job: Job, outcome: Returned, started: float) -> None:
         """Commit the effect with the completion here: a closure cannot be sent (R10)."""
-        self.conn.send(("completing",))
+        self.send(("completing",))
         effect: Effect = outcome.effect  # type: ignore[assignment]
         try:
             queue = self.connect()
@@ -120,12 +163,13 @@ class Serving:
                 lambda: queue.complete(job, effect=effect, result=outcome.result)
             )
         except Exception as exc:  # the effect raised (rolled back), or the database did
-            self.send_raised(Raised.from_exception(exc))
+            self.send_raised(Raised.from_exception(exc), started)
         else:
-            self.conn.send(("completed", done))
+            self.send(("completed", done, time.perf_counter() - started))
 
-    def send_raised(self, raised: Raised) -> None:
-        self.conn.send(("raised", raised.error, raised.retry_in, raised.permanent))
+    def send_raised(self, raised: Raised, started: float) -> None:
+        elapsed = time.perf_counter() - started
+        self.send(("raised", raised.error, raised.retry_in, raised.permanent, elapsed))
 
 
 def until_reachable(report: Callable[[], T]) -> T:
@@ -154,22 +198,28 @@ def main(argv: list[str]) -> int:
         logging.basicConfig(level=config["log_level"], format=LOG_FORMAT)
         logging.getLogger("alembic").setLevel(logging.WARNING)
 
+        from queuecore.async_handling import runs_on_event_loop
         from queuecore.connect import connect
+        from queuecore.loop_process import fork_loop_process
         from queuecore.registry import load_registry
 
         handlers = load_registry(config["registry"])
         options = config["connect_options"]
+        on_loop = runs_on_event_loop(handlers)
         conn.send(("ready",))
         while True:
             request = conn.recv()
-            if request[0] == "fork":
+            if request[0] == "fork" and on_loop:  # one process runs them all (ADR 0011)
+                fork_loop_process(conn, handlers, config)
+            elif request[0] == "fork":
                 fork_handler_process(
                     conn,
-                    lambda ours: Serving(
+                    lambda ours, running: Serving(
                         ours,
                         handlers,
                         lambda: connect(config["dsn"], **options),
                         config["max_result_bytes"],
+                        running,
                     ),
                 )
             else:  # ("wait", pid): the worker saw its socket close
@@ -180,17 +230,18 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def fork_handler_process(server: Connection, serving: Callable[[Connection], Serving]) -> None:
+def fork_handler_process(server: Connection, serving: Callable[..., Serving]) -> None:
     child_end, worker_end = socket.socketpair()
+    running = shared_word()
     pid = os.fork()
     if pid == 0:  # the handler process: it never returns from here
         server.close()
         worker_end.close()
         try:
-            child = serving(Connection(child_end.detach()))
-            with contextlib.suppress(Exception):  # unreachable now: connect() tries again
-                child.queue = child.open_queue()  # before "ready": no lease waits for it
-            child.conn.send(("ready",))
+            shared = mmap.mmap(running, RUNNING.size)
+            os.close(running)
+            child = serving(Connection(child_end.detach()), shared)
+            child.send(("ready",))
             threading.Thread(target=child.read, name="queuecore-from-worker", daemon=True).start()
             child.serve()
         finally:
@@ -198,8 +249,23 @@ def fork_handler_process(server: Connection, serving: Callable[[Connection], Ser
             os._exit(0)  # no finalizers: nothing inherited is closed or flushed twice
     child_end.close()
     server.send(("forked", pid))
-    send_handle(server, worker_end.fileno(), _supervisor or os.getppid())
+    to = _supervisor or os.getppid()
+    send_handle(server, worker_end.fileno(), to)
+    send_handle(server, running, to)
     worker_end.close()
+    os.close(running)
+
+
+def shared_word() -> int:
+    """A file of RUNNING.size zero bytes, open, in memory where the system allows, for
+    a handler process and its worker to map."""
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create("queuecore-running")
+    else:
+        fd, path = tempfile.mkstemp(prefix="queuecore-running-")
+        os.unlink(path)
+    os.ftruncate(fd, RUNNING.size)
+    return fd
 
 
 #: What the fork server runs: `main` of this module, not this module as __main__, whose

@@ -16,10 +16,11 @@ What a run came to is an `Outcome`, read here once for every way of running hand
 
 from __future__ import annotations
 
+import inspect
 import threading
 import traceback
 from collections.abc import Callable
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,6 +75,10 @@ class Lease:
         # the job finished is a race with that report, not a lost lease.
         self.reporting = False
 
+    def mark_lost(self) -> None:
+        """A heartbeat found the job no longer ours: tell the handler (W3)."""
+        self.lost.set()
+
 
 _current: ContextVar[Lease] = ContextVar("queuecore_current_lease")
 
@@ -86,13 +91,19 @@ def current_lease() -> Lease:
         raise RuntimeError("current_lease() is only available inside a running handler") from None
 
 
+def set_current_lease(lease: Lease) -> Token[Lease]:
+    """Make `lease` what `current_lease()` answers in this context, until the token is
+    reset: for each way of running a handler (on a thread, or as an asyncio task)."""
+    return _current.set(lease)
+
+
 def run_handler(
     handler: Handler, lease: Lease, *, max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
 ) -> Done:
     """Run `handler` with `lease` reachable through `current_lease()`, and say what its
     return value asks for. A result that cannot be stored raises here, as if the handler
     had raised: its job fails on its own instead of spoiling a batch of completions."""
-    token = _current.set(lease)
+    token = set_current_lease(lease)
     try:
         returned = handler(lease.job)
     finally:
@@ -104,6 +115,13 @@ def completion_of(returned: object, *, max_result_bytes: int = DEFAULT_MAX_RESUL
     """What a handler's return value means (see the module's docstring)."""
     if returned is None:
         return Done()
+    if inspect.isawaitable(returned):  # e.g. a sync decorator around an async def handler
+        if inspect.iscoroutine(returned):
+            returned.close()  # never to run: no "never awaited" warning besides this error
+        raise TypeError(
+            "the handler returned an awaitable: make the handler itself `async def` (or "
+            "keep its decorator's wrapper async), so the worker awaits it"
+        )
     if isinstance(returned, Done):
         if returned.effect is not None and not callable(returned.effect):
             raise TypeError(
@@ -111,7 +129,7 @@ def completion_of(returned: object, *, max_result_bytes: int = DEFAULT_MAX_RESUL
             )
         done = returned
     elif callable(returned):
-        return Done(effect=returned)  # type: ignore[arg-type]
+        return Done(effect=returned)
     else:
         done = Done(result=returned)
     if done.result is not None:

@@ -24,6 +24,8 @@ class Holdings:
         self._acking = 0  # how many of the held jobs wait in the ack window
         self._starting = 0  # slots whose handler process is starting: no job for them yet
         self._work = threading.Condition(self._lock)  # a job is waiting, or stopping
+        #: The mean time its handlers ran (recent runs weigh most): the claimer's prefetch.
+        self.handler_seconds: float | None = None
         #: The claimer should look again: a slot freed up, a notification, or a stop.
         self.wake = threading.Event()
         self.stopping = threading.Event()
@@ -44,6 +46,37 @@ class Holdings:
             if self.stopping.is_set():
                 return None
             return self._waiting.popleft()
+
+    def ran(self, seconds: float) -> None:
+        """A handler ran for `seconds` (a race between two slots loses one sample)."""
+        mean = self.handler_seconds
+        self.handler_seconds = seconds if mean is None else mean + (seconds - mean) / 16
+
+    def more_waiting(self, most: int) -> list[Lease]:
+        """Up to `most` more claimed jobs, without waiting: a handler process takes its
+        next jobs ahead, so it never waits for its supervisor between two jobs."""
+        with self._lock:
+            if self.stopping.is_set():
+                return []
+            taken = [self._waiting.popleft() for _ in range(min(most, len(self._waiting)))]
+        return taken
+
+    def hand_back(self, leases: list[Lease]) -> bool:
+        """Jobs a slot took ahead and never started go back to the head of the line, for
+        another slot (their handler process is stuck behind a long handler). False once
+        stopping: the caller releases them then (W4)."""
+        with self._lock:
+            if self.stopping.is_set():
+                return False
+            self._waiting.extendleft(reversed(leases))
+            self._work.notify(len(leases))
+        self.wake.set()
+        return True
+
+    def any_waiting(self) -> bool:
+        """Whether a claimed job waits for a slot to take it."""
+        with self._lock:
+            return bool(self._waiting)
 
     def stop(self) -> list[Lease]:
         """Stop handing out jobs; returns the ones claimed but not started."""
@@ -81,9 +114,12 @@ class Holdings:
         (minus the slots still starting), and never more than `held_limit` held, ack
         window included."""
         with self._lock:
-            return min(
-                active_limit - self._starting - (len(self._leases) - self._acking),
-                held_limit - len(self._leases),
+            return room_for_claims(
+                active_limit,
+                held_limit,
+                held=len(self._leases),
+                acking=self._acking,
+                starting=self._starting,
             )
 
     def busy(self) -> bool:
@@ -94,3 +130,12 @@ class Holdings:
     def leases(self) -> list[Lease]:
         with self._lock:
             return list(self._leases)
+
+
+def room_for_claims(
+    active_limit: int, held_limit: int, *, held: int, acking: int, starting: int = 0
+) -> int:
+    """The ack window's sizing, for every worker: claim until `active_limit` jobs run or
+    wait for a slot (slots still starting count as busy), never past `held_limit` held
+    leases, the jobs whose completions wait in the ack window included."""
+    return min(active_limit - starting - (held - acking), held_limit - held)

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import threading
 
+from queuecore.handling import Lease
 from queuecore.holdings import Holdings
-from queuecore.observer import WorkerObserver
+from queuecore.observer import Refused, WorkerObserver, why_refused
 from queuecore.protocol import Queue
 from queuecore.reconnect import connection_lost
 from queuecore.worklog import describe, label, log
@@ -34,13 +35,27 @@ def keep_leases(
                     break
                 log.warning("heartbeat of %s failed (%s)", label(lease), describe(exc))
                 continue
-            if held:
-                observer.heartbeat(held=True)
-            elif not lease.reporting:
-                observer.heartbeat(held=False)
-                lease.lost.set()
-                log.warning(
-                    "%s lost its lease (it ran out and another claim took the job, or the job "
-                    "was cancelled)",
-                    label(lease),
-                )
+            refused = why_refused(queue, lease.job) if refusal(lease, held) else "lease_lost"
+            heard(lease, held, observer, refused)
+
+
+def refusal(lease: Lease, held: bool) -> bool:
+    """Whether a heartbeat's answer is a loss the handler must hear of (and whose reason
+    one read of the row is spent on): False while the outcome is being reported is
+    that report's race, not a loss."""
+    return not held and not lease.reporting
+
+
+def heard(lease: Lease, held: bool, observer: WorkerObserver, refused: Refused) -> None:
+    """What a heartbeat's answer means, for every worker: the handler is told of a loss
+    (`refused` says why: the lease ran out, or the job was cancelled)."""
+    if held:
+        observer.heartbeat(held=True)
+    elif not lease.reporting:
+        observer.heartbeat(held=False, refused=refused)
+        lease.mark_lost()
+        log.warning(
+            "%s lost its lease (it ran out and another claim took the job, or the job "
+            "was cancelled)",
+            label(lease),
+        )

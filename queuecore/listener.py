@@ -50,17 +50,12 @@ class Wakeups:
                 return  # this database has no notifications: polling it is
             try:
                 if not listener.reaches_itself(LISTEN_PROBE_TIMEOUT):
-                    log.warning(
-                        "a NOTIFY this worker sent did not reach its own LISTEN (is a "
-                        "transaction-mode pooler such as PgBouncer in between?); it will "
-                        "poll every %.1fs instead",
-                        self.poll_interval,
-                    )
+                    say_not_heard(self.poll_interval)
                     return
                 self.listening = True
                 said = False
                 self.wake.set()  # the claimer now waits on notifications, not a short pause
-                log.info("listening for new jobs; polling every %.1fs too", self.poll_interval)
+                say_listening(self.poll_interval)
                 while not self.finished.is_set():
                     names = listener.wait(LISTEN_SLICE)
                     if any(self.queues is None or n in self.queues for n in names):
@@ -73,3 +68,17 @@ class Wakeups:
             finally:
                 self.listening = False
                 listener.close()
+
+
+def say_not_heard(poll_interval: float) -> None:
+    """The self-test failed: polling from now on (both workers say it in these words)."""
+    log.warning(
+        "a NOTIFY this worker sent did not reach its own LISTEN (is a transaction-mode "
+        "pooler such as PgBouncer in between?); it will poll every %.1fs instead",
+        poll_interval,
+    )
+
+
+def say_listening(poll_interval: float) -> None:
+    """LISTEN works (again): what ends a "LISTEN ... failed" line in the log."""
+    log.info("listening for new jobs; polling every %.1fs too", poll_interval)

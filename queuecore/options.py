@@ -15,17 +15,19 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from queuecore.protocol import BackendClass
+
 #: Engine options both backends take with the same meaning (SQLAlchemy's pool settings).
 POOL_OPTIONS = frozenset(
     {"pool_size", "max_overflow", "pool_timeout", "pool_recycle", "pool_pre_ping", "echo"}
 )
 
 
-def queue_options(backend: type) -> frozenset[str]:
+def queue_options(backend: BackendClass) -> frozenset[str]:
     """The queue's own options: the keyword-only parameters of the backend's base class,
     read from its signature so that a new option is accepted where it is defined."""
     names: set[str] = set()
-    for klass in backend.__mro__:
+    for klass in backend.__mro__ if isinstance(backend, type) else ():
         init = klass.__dict__.get("__init__")
         if init is None or klass is object:
             continue
@@ -34,17 +36,20 @@ def queue_options(backend: type) -> frozenset[str]:
     return frozenset(names)
 
 
-def backend_only(backend: type) -> frozenset[str]:
+def backend_only(backend: BackendClass) -> frozenset[str]:
     return frozenset(getattr(backend, "backend_options", ()))
 
 
-def engine_building(backend: type) -> frozenset[str]:
+def engine_building(backend: BackendClass) -> frozenset[str]:
     """Options that say how to make the engine: meaningless when the caller hands one in."""
     return POOL_OPTIONS | frozenset(getattr(backend, "engine_options", ()))
 
 
 def sort(
-    backend: type, others: Iterable[type], bind: object, options: Mapping[str, Any]
+    backend: BackendClass,
+    others: Iterable[BackendClass],
+    bind: object,
+    options: Mapping[str, Any],
 ) -> dict[str, Any]:
     """The options this backend acts on. Another backend's own options are dropped; an
     unknown name, or an engine-building option beside a caller's Engine, is a TypeError."""
@@ -71,7 +76,9 @@ def unknown(name: str, known: Iterable[str]) -> str:
     return f"connect() got an unknown option {name!r}{hint} (it takes: {', '.join(known)})"
 
 
-def for_engine(backend: type, others: Iterable[type], options: Mapping[str, Any]) -> dict[str, Any]:
+def for_engine(
+    backend: BackendClass, others: Iterable[BackendClass], options: Mapping[str, Any]
+) -> dict[str, Any]:
     """The options that shape the engine alone (for `migrate`, which makes no queue)."""
     accepted = sort(backend, others, None, options)
     params = inspect.signature(backend.create_engine).parameters.values()

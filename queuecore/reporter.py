@@ -14,21 +14,21 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from queuecore.acks import Ack, AckWindow
 from queuecore.handling import Completed, Crashed, Lease, Outcome, Raised, Returned
 from queuecore.holdings import Holdings
 from queuecore.job import Completions
-from queuecore.observer import WorkerObserver
+from queuecore.observer import Refused, WorkerObserver, why_refused
 from queuecore.protocol import Queue
 from queuecore.reconnect import connection_lost
 from queuecore.worklog import describe, first_line, label, log
 
 T = TypeVar("T")
 FIRST_PAUSE = 0.05
-#: A failure report's answer, as the observer names the outcome.
-FAILED_OUTCOMES = {"queued": "retried", "dead": "dead", None: "lease_lost"}
+#: A failure report's answer, as the observer names the outcome (None: refused).
+FAILED_OUTCOMES: dict[str, Literal["retried", "dead"]] = {"queued": "retried", "dead": "dead"}
 
 
 class Reporter:
@@ -161,14 +161,8 @@ class Reporter:
                 self.holdings.let_go(ack.lease, acked=True)
 
     def _log_completion(self, lease: Lease, done: bool, started: float) -> None:
-        self.observer.finished(lease.job, "done" if done else "lease_lost")
-        if done:
-            log.info("%s done in %.3fs", label(lease), time.monotonic() - started)
-        else:
-            log.warning(
-                "%s finished after its lease was lost or the job was cancelled: result discarded",
-                label(lease),
-            )
+        said = "done" if done else why_refused(self.queue, lease.job)
+        log_completion(self.observer, lease, said, started)
 
     def _fail(self, lease: Lease, raised: Raised, started: float) -> None:
         lease.reporting = True
@@ -187,11 +181,43 @@ class Reporter:
                 describe(exc),
             )
             return
-        elapsed = time.monotonic() - started
-        self.observer.finished(lease.job, FAILED_OUTCOMES[outcome])
-        if outcome is None:
-            log.warning("%s failed after its lease was lost: %s", label(lease), first_line(text))
-        else:
-            what = "queued for a retry" if outcome == "queued" else "dead"
-            log.info("%s failed in %.3fs, %s: %s", label(lease), elapsed, what, first_line(text))
-        log.debug("%s failure in full:\n%s", label(lease), text)
+        refused = why_refused(self.queue, lease.job) if outcome is None else None
+        log_failure(self.observer, lease, outcome, text, started, refused)
+
+
+# --- what every worker says of a report (the sync one's threads, the async one's tasks)
+
+
+def log_completion(
+    observer: WorkerObserver, lease: Lease, outcome: Literal["done"] | Refused, started: float
+) -> None:
+    """What `complete` answered: done, or refused by the fence (`outcome` says why)."""
+    observer.finished(lease.job, outcome)
+    if outcome == "done":
+        log.info("%s done in %.3fs", label(lease), time.monotonic() - started)
+    else:
+        log.warning(
+            "%s finished after its lease was lost or the job was cancelled: result discarded",
+            label(lease),
+        )
+
+
+def log_failure(
+    observer: WorkerObserver,
+    lease: Lease,
+    outcome: Literal["queued", "dead"] | None,
+    text: str,
+    started: float,
+    refused: Refused | None,
+) -> None:
+    """What `fail` answered: queued for a retry, dead, or None (refused by the fence,
+    for `refused`)."""
+    elapsed = time.monotonic() - started
+    if outcome is None:
+        observer.finished(lease.job, refused or "lease_lost")
+        log.warning("%s failed after its lease was lost: %s", label(lease), first_line(text))
+    else:
+        observer.finished(lease.job, FAILED_OUTCOMES[outcome])
+        what = "queued for a retry" if outcome == "queued" else "dead"
+        log.info("%s failed in %.3fs, %s: %s", label(lease), elapsed, what, first_line(text))
+    log.debug("%s failure in full:\n%s", label(lease), text)

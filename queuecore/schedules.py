@@ -56,7 +56,17 @@ class ScheduledQueue(Protocol):
 
     def now(self) -> float: ...
 
-    def enqueue(self, kind: str, payload: Mapping[str, Any], **options: Any) -> EnqueueResult: ...
+    def enqueue(
+        self,
+        kind: str,
+        payload: Mapping[str, Any],
+        *,
+        queue: str = "default",
+        run_at: datetime | float | None = None,
+        priority: int = 0,
+        max_attempts: int | None = None,
+        dedupe_key: str | None = None,
+    ) -> EnqueueResult: ...
 
 
 def _cronsim() -> Any:
@@ -133,7 +143,8 @@ class Schedule:
 
     def _first(self, start: datetime, *, reverse: bool) -> float | None:
         try:
-            return next(_cronsim().CronSim(self.cron, start, reverse=reverse)).timestamp()
+            tick: datetime = next(_cronsim().CronSim(self.cron, start, reverse=reverse))
+            return tick.timestamp()
         except StopIteration:
             return None
 

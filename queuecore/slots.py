@@ -1,6 +1,6 @@
 """Where a worker's handlers run: on the worker's own threads (`InThread`), or each slot
-in a handler process of its own (`queuecore.supervisor.HandlerProcess`, W7). A slot
-thread hands every job it takes to its runner and reports the outcome it gets back."""
+in a handler process of its own (`queuecore.process_slot.HandlerProcess`, W7). Each
+slot is a thread that takes the claimed jobs, has them run and reports their outcomes."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from queuecore.handling import (
     DEFAULT_MAX_RESULT_BYTES,
     Handler,
     Lease,
-    Outcome,
     Raised,
     Returned,
     outcome_of,
@@ -23,16 +22,14 @@ from queuecore.reporter import Reporter
 
 
 class Runner(Protocol):
-    @property
-    def started(self) -> bool: ...
+    """Where a slot's handlers run; `serve` is the slot, until stopping."""
 
-    def start(self) -> None:
-        """Be ready to run a job (start a handler process, if there is none)."""
+    @property
+    def started(self) -> bool:
+        """Whether it can run a job now (a handler process must start first)."""
         ...
 
-    def run(self, lease: Lease) -> Outcome: ...
-
-    def close(self) -> None: ...
+    def serve(self, holdings: Holdings, reporter: Reporter, observer: WorkerObserver) -> None: ...
 
 
 class InThread:
@@ -45,14 +42,21 @@ class InThread:
         self.handlers = handlers
         self.max_result_bytes = max_result_bytes
 
-    def start(self) -> None:
-        pass
-
-    def run(self, lease: Lease) -> Outcome:
-        return run_in_this_process(self.handlers, lease, self.max_result_bytes)
-
-    def close(self) -> None:
-        pass
+    def serve(self, holdings: Holdings, reporter: Reporter, observer: WorkerObserver) -> None:
+        """One job at a time, until stopping."""
+        while (lease := holdings.next_waiting()) is not None:
+            started = time.monotonic()
+            observer.handler_started(lease.job)
+            try:
+                outcome = run_in_this_process(self.handlers, lease, self.max_result_bytes)
+            except BaseException:
+                holdings.let_go(lease)
+                raise
+            finally:
+                seconds = time.monotonic() - started
+                observer.handler_ended(lease.job, seconds)
+                holdings.ran(seconds)
+            reporter.report(lease, outcome, started)
 
 
 def run_in_this_process(
@@ -65,41 +69,3 @@ def run_in_this_process(
         known = ", ".join(sorted(handlers)) or "none"
         return Raised(f"no handler for kind {lease.job.kind!r} (this registry knows: {known})")
     return outcome_of(handler, lease, max_result_bytes=max_result_bytes)
-
-
-def run_slot(
-    runner: Runner, holdings: Holdings, reporter: Reporter, observer: WorkerObserver
-) -> None:
-    """One slot: a job at a time, until stopping. A runner that is not started (a handler
-    process, or one that died with its job) is started before the slot takes its next
-    job, and counts as starting meanwhile, so that no job is claimed for it (the worker
-    counted it before the slot's first start)."""
-    pending = not runner.started  # counted as starting by the worker, not yet started
-    try:
-        while True:
-            if not runner.started:
-                if not pending:
-                    holdings.starting(1)
-                    pending = True
-                try:
-                    runner.start()
-                finally:
-                    holdings.starting(-1)
-                    pending = False
-            lease = holdings.next_waiting()
-            if lease is None:
-                return
-            started = time.monotonic()
-            observer.handler_started(lease.job)
-            try:
-                outcome = runner.run(lease)
-            except BaseException:
-                holdings.let_go(lease)
-                raise
-            finally:
-                observer.handler_ended(lease.job, time.monotonic() - started)
-            reporter.report(lease, outcome, started)
-    finally:
-        if pending:
-            holdings.starting(-1)
-        runner.close()

@@ -2,10 +2,11 @@
 outcome, keeps leases alive while handlers run, and stops without losing or burning a job.
 
 Each role has a module of its own, so another kind of worker can share the policies:
-- `queuecore.claimer`: asks for as many jobs as there are free slots (plus `prefetch`),
+- `queuecore.claimer`: asks for as many jobs as there are free slots (plus a prefetch),
   of the kinds it has handlers for, and waits cheaply when there are none;
-- `queuecore.slots` and `queuecore.supervisor`: N slots each run one handler at a time,
-  on the worker's threads, or each in a handler process of its own (W7);
+- `queuecore.slots`, `queuecore.process_slot` and `queuecore.supervisor`: N slots each
+  run one handler at a time, on the worker's threads, or each in a handler process of
+  its own (W7);
 - `queuecore.reporter` (with `queuecore.acks`, the ack window): tells the queue what
   became of each job;
 - `queuecore.leases`: one thread extends every held lease about every lease/3 (W3);
@@ -16,27 +17,28 @@ Each role has a module of its own, so another kind of worker can share the polic
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
 import threading
 import time
 from collections.abc import Iterable, Mapping
 from types import FrameType
 
-from queuecore import validate
+from queuecore.async_handling import runs_on_event_loop
 from queuecore.claimer import Claimer
-from queuecore.handling import DEFAULT_MAX_RESULT_BYTES, Handler
+from queuecore.handling import Handler
 from queuecore.holdings import Holdings
 from queuecore.leases import keep_leases
 from queuecore.listener import Wakeups
+from queuecore.loop_supervisor import LoopProcess
 from queuecore.observer import NO_OBSERVER, WorkerObserver
+from queuecore.process_slot import HandlerProcess
 from queuecore.protocol import Queue
 from queuecore.reporter import Reporter
 from queuecore.schedules import scheduler_threads
 from queuecore.signals import serve_until_signalled
-from queuecore.slots import InThread, Runner, run_slot
-from queuecore.supervisor import ForkServer, HandlerProcess, HandlerProcesses
+from queuecore.slots import InThread, Runner
+from queuecore.supervisor import ForkServer, HandlerProcesses
+from queuecore.worker_settings import worker_settings
 from queuecore.worklog import log
 
 
@@ -60,6 +62,12 @@ class Worker:
     `ack_seconds=0` completes each job at once. Held leases never exceed
     `concurrency + prefetch + ack_batch`.
 
+    `prefetch` jobs are claimed ahead of the slots, so that a slot never waits for a
+    claim between two jobs and claims take several jobs at once. By default (None) it
+    follows the handlers' mean run time: about 50 ms of work per slot, at most 32 jobs
+    (see `queuecore.claimer`); jobs claimed ahead and not started are released at a
+    stop, uncharged (W4).
+
     The queue's connection pool must allow `concurrency + 3` connections at once
     (slots, claimer, heartbeat, ack window); the command line sizes it.
     """
@@ -72,7 +80,7 @@ class Worker:
         concurrency: int = 1,
         queues: Iterable[str] | None = None,
         name: str | None = None,
-        prefetch: int = 0,
+        prefetch: int | None = None,
         poll_interval: float = 1.0,
         heartbeat_seconds: float | None = None,
         grace_seconds: float = 30.0,
@@ -82,34 +90,45 @@ class Worker:
         handler_processes: HandlerProcesses | None = None,
         observer: WorkerObserver = NO_OBSERVER,
     ) -> None:
-        if not isinstance(handlers, Mapping):
-            raise TypeError(f"handlers must be a mapping of kind -> handler, got {handlers!r}")
-        if not handlers:
-            raise ValueError("handlers must name at least one kind: a worker claims only those")
+        settings = worker_settings(
+            queue,
+            handlers,
+            concurrency=concurrency,
+            queues=queues,
+            name=name,
+            prefetch=prefetch,
+            poll_interval=poll_interval,
+            heartbeat_seconds=heartbeat_seconds,
+            grace_seconds=grace_seconds,
+            exit_when_idle=exit_when_idle,
+            ack_batch=ack_batch,
+            ack_seconds=ack_seconds,
+        )
         self.queue = queue
         self.handlers = handlers
-        self.concurrency = validate.at_least("concurrency", concurrency, 1)
-        self.queues = None if queues is None else [validate.queue_name(q) for q in queues]
-        if self.queues == []:
-            raise ValueError("queues must name at least one queue, or be None for all")
-        self.name = name or f"{socket.gethostname()}-{os.getpid()}"
-        self.poll_interval = validate.positive_seconds("poll_interval", poll_interval)
-        if heartbeat_seconds is None:
-            lease_seconds = getattr(queue, "lease_seconds", None)
-            if lease_seconds is None:
-                raise ValueError("pass heartbeat_seconds: this queue does not say its lease")
-            heartbeat_seconds = lease_seconds / 3
-        self.heartbeat_seconds = validate.positive_seconds("heartbeat_seconds", heartbeat_seconds)
-        self.grace_seconds = validate.non_negative_seconds("grace_seconds", grace_seconds)
+        self.concurrency = settings.concurrency
+        self.queues = settings.queues
+        self.name = settings.name
+        self.poll_interval = settings.poll_interval
+        self.heartbeat_seconds = settings.heartbeat_seconds
+        self.grace_seconds = settings.grace_seconds
         self.handler_processes = handler_processes
         self.observer = observer  # told what the worker does, e.g. for metrics
-        # The result size a handler may return (R24): checked where the handler runs.
-        self.max_result_bytes = getattr(queue, "max_result_bytes", DEFAULT_MAX_RESULT_BYTES)
+        self.max_result_bytes = settings.max_result_bytes
         self._fork_server = (
             None
             if handler_processes is None
             else ForkServer(handler_processes, max_result_bytes=self.max_result_bytes)
         )
+        # `async def` handlers run on the event loop of one handler process (ADR 0011).
+        self._loop_process: LoopProcess | None = None
+        if runs_on_event_loop(handlers):
+            if self._fork_server is None:
+                raise TypeError(
+                    "this registry has async def handlers: run it with queuecore.AsyncWorker, "
+                    "or give handler_processes= (as `queuecore worker` does)"
+                )
+            self._loop_process = LoopProcess(self._fork_server, slots=self.concurrency)
         self._holdings = Holdings()
         self._hurry = threading.Event()  # a second stop: do not wait for running handlers
         self._finished = threading.Event()  # heartbeat and listener threads end
@@ -117,8 +136,8 @@ class Worker:
         self._reporter = Reporter(
             queue,
             self._holdings,
-            ack_batch=validate.at_least("ack_batch", ack_batch, 1),
-            ack_seconds=validate.non_negative_seconds("ack_seconds", ack_seconds),
+            ack_batch=settings.ack_batch,
+            ack_seconds=settings.ack_seconds,
             longest_pause=self.poll_interval,
             hurry=self._hurry,
             observer=observer,
@@ -133,19 +152,17 @@ class Worker:
                 finished=self._finished,
                 poll_interval=self.poll_interval,
             )
-        prefetch = validate.at_least("prefetch", prefetch, 0)
         self._claimer = Claimer(
             queue,
             self._holdings,
             name=self.name,
             queues=self.queues,
             kinds=sorted(handlers),
-            active_limit=self.concurrency + prefetch,
-            held_limit=self.concurrency + prefetch + ack_batch,
+            slots=self.concurrency,
+            prefetch=settings.prefetch,
+            ack_batch=settings.ack_batch,
             poll_interval=self.poll_interval,
-            exit_when_idle=None
-            if exit_when_idle is None
-            else validate.non_negative_seconds("exit_when_idle", exit_when_idle),
+            exit_when_idle=settings.exit_when_idle,
             listening=lambda: self.listening,
             observer=observer,
         )
@@ -222,7 +239,7 @@ class Worker:
             "worker %s started: %d slot(s)%s, queues %s, kinds %s, heartbeat every %.1fs, %s",
             self.name,
             self.concurrency,
-            " in handler processes" if self.handler_processes else "",
+            self._where_handlers_run(),
             ",".join(self.queues) if self.queues else "(all)",
             ",".join(self._claimer.kinds),
             self.heartbeat_seconds,
@@ -258,16 +275,23 @@ class Worker:
 
     # --- running jobs -------------------------------------------------------------------
 
+    def _where_handlers_run(self) -> str:
+        if self._loop_process is not None:
+            return " as tasks of one handler process's event loop"
+        return " in handler processes" if self.handler_processes else ""
+
     def _runner(self) -> Runner:
         if self._fork_server is None:
             return InThread(self.handlers, self.max_result_bytes)
+        if self._loop_process is not None:
+            return self._loop_process  # shared: every slot's jobs run on its loop
         return HandlerProcess(self._fork_server)
 
     def _slot(self, runner: Runner) -> None:
         """A slot whose runner failed (a handler process that cannot start) stops the
         worker, which then exits with that error."""
         try:
-            run_slot(runner, self._holdings, self._reporter, self.observer)
+            runner.serve(self._holdings, self._reporter, self.observer)
         except Exception as exc:
             log.error("a worker slot failed (%s): stopping the worker", exc)
             self._crash = self._crash or exc

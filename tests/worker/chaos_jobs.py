@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 from queuecore import Job, Registry
-from queuecore.demo_jobs import freeze_this_process, hopeless, ordinary, record
+from queuecore.demo.jobs import freeze_this_process, hopeless, ordinary, record
 from queuecore.protocol import Effect
 
 REGISTRY = Registry({"ordinary": ordinary, "hopeless": hopeless})

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from queuecore import Job, Registry, current_lease
-from queuecore.demo_jobs import record
+from queuecore.demo.jobs import record
 from queuecore.protocol import Effect
 
 REGISTRY = Registry()

@@ -25,9 +25,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from queuecore.demo import WorkerPool, fixed_sqlite_driver, supervise, worker_command
-from queuecore.demo_jobs import KINDS, Kind, enqueue_mix, ledger
+from queuecore.demo.jobs import KINDS, Kind, enqueue_mix, ledger
+from queuecore.demo.pool import WorkerPool, fixed_sqlite_driver, supervise, worker_command
 from queuecore.schema import jobs
+from queuecore.statements import LEASE_EXPIRED_ON_LAST_ATTEMPT
 from tests.worker.processes import REPO
 
 WORKERS = 8
@@ -105,8 +106,19 @@ def test_w7_the_chaos_run_ends_with_every_good_job_done_once(
     assert found.keys() == kinds.keys(), f"jobs lost: {context}"
     wrong = wrongly_ended(found, effects, kinds, W7_KINDS)
     assert wrong == [], f"(id, kind, state, attempts, ledger rows, error); {context}"
-    poison_errors = {found[i].last_error for i in kinds if kinds[i] == "poison"}
-    assert all("exited with code 1" in e for e in poison_errors), (poison_errors, context)
+    poison_errors = [found[i].last_error for i in kinds if kinds[i] == "poison"]
+    named = [e for e in poison_errors if "exited with code 1" in e]
+    if concurrency == 1:
+        assert named == poison_errors, (poison_errors, context)
+    else:
+        # A poison job's process may die while a stall job in another slot has frozen
+        # its worker past the lease: no one is left to see the exit in time, and the
+        # lease is the fallback (W5), as for a host that died.
+        assert named, (poison_errors, context)
+        assert all(e in named or e == LEASE_EXPIRED_ON_LAST_ATTEMPT for e in poison_errors), (
+            poison_errors,
+            context,
+        )
     # No worker died with its poison jobs, and every one stopped gracefully.
     assert not pool.exits and stop_codes == [0] * WORKERS, (pool.exits, stop_codes, context)
 

@@ -6,8 +6,11 @@ Jobs whose handlers had returned are never charged, and the worker goes on."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -102,3 +105,81 @@ def test_w3_a_handler_in_its_process_hears_that_its_lease_was_lost(make_queue, d
     assert seen.read_text() == "lost"
     snap = queue.get(job_id)
     assert (snap.state, snap.worker, snap.attempts) == ("running", "thief", 2)
+
+
+def test_w7_jobs_claimed_ahead_of_a_crash_are_given_back_uncharged(make_queue, dsn, tmp_path):
+    """A prefetch widens what a crash could take: the crashing job's process already
+    holds the job after it, and the worker holds more. Only the job whose handler ran is
+    charged; the one sent to the process had not started and is released (its attempt
+    given back), so every other job ends done on attempt 1 with no error."""
+    queue = make_queue(clock=None)
+    crashing = queue.enqueue("crash", {"how": "sigkill"}, queue="crash", max_attempts=1).id
+    ran = {
+        queue.enqueue("noted", {"ran": str(tmp_path / f"ran-{i}")}, queue="crash", priority=1).id: (
+            tmp_path / f"ran-{i}"
+        )
+        for i in range(4)
+    }
+    log = tmp_path / "worker.log"
+    with queuecore_process(*WORKER, "--prefetch", "4", "--dsn", dsn, log=log) as worker:
+        wait_until(lambda: all(path.exists() for path in ran.values()), worker, log, timeout=60)
+        wait_until(settled(queue, crashing), worker, log)
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=60) == 0, log.read_text()
+    snap = queue.get(crashing)
+    assert (snap.state, snap.attempts) == ("dead", 1), snap
+    assert "was killed by SIGKILL" in snap.last_error, snap.last_error
+    for job_id in ran:
+        snap = queue.get(job_id)
+        assert (snap.state, snap.attempts, snap.last_error) == ("done", 1, None), snap
+    # One claim took all five; the job sent along with the crashing one went back.
+    assert log.read_text().count("released unstarted") == 1, log.read_text()
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes under `pid`, children first, read from /proc."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):  # gone since the listing
+                stat = (entry / "stat").read_text()
+                parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = [], [pid]
+    while frontier:
+        children = [child for child, parent in parents.items() if parent in frontier]
+        found += children
+        frontier = children
+    return found
+
+
+def exited(pid: int) -> bool:
+    """Whether `pid` ended (a zombie until its parent reaps it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_w7_a_job_sent_to_a_handler_process_that_died_idle_is_run_again(make_queue, dsn, tmp_path):
+    """A handler process killed while it had nothing to run (the OOM killer, an operator)
+    is found dead only when the next job is sent to it: that job never started, so it is
+    given back uncharged and runs in the next handler process, instead of staying held,
+    its lease renewed, by a slot that forgot it."""
+    queue = make_queue(clock=None)
+    first = tmp_path / "first"
+    queue.enqueue("noted", {"ran": str(first)}, queue="crash")
+    log = tmp_path / "worker.log"
+    with queuecore_process(*WORKER, "--concurrency", "1", "--dsn", dsn, log=log) as worker:
+        wait_until(first.exists, worker, log, timeout=60)
+        wait_until(lambda: len(descendants(worker.pid)) == 2, worker, log)
+        _fork_server, handler_process = descendants(worker.pid)
+        os.kill(handler_process, signal.SIGKILL)
+        wait_until(lambda: exited(handler_process), worker, log)  # not reaped: idle
+        second = tmp_path / "second"
+        job_id = queue.enqueue("noted", {"ran": str(second)}, queue="crash").id
+        wait_until(settled(queue, job_id), worker, log, timeout=60)
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=60) == 0, log.read_text()
+    snap = queue.get(job_id)
+    assert (snap.state, snap.attempts, snap.last_error) == ("done", 1, None), snap
+    assert second.exists()

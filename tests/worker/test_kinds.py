@@ -8,7 +8,7 @@ import json
 
 import sqlalchemy as sa
 
-from queuecore.demo_jobs import ledger
+from queuecore.demo.jobs import ledger
 from tests.worker.processes import run_queuecore
 
 

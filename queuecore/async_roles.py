@@ -1,0 +1,193 @@
+"""The async worker's claimer and lease keeper, and the jobs it holds (the twins of
+`queuecore.claimer`, `queuecore.leases` and `queuecore.holdings` on one event loop).
+
+Everything here runs on the worker's loop, so nothing needs a lock; the policies are
+the sync worker's own: the ack window's sizing (`room_for_claims`), the claim pauses
+(`FIRST_IDLE_PAUSE` doubling to the poll interval), what a heartbeat's answer means
+(`heard`), and that an outage is waited out rather than blamed on a job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from queuecore.async_handling import AsyncLease
+from queuecore.claimer import FIRST_IDLE_PAUSE
+from queuecore.holdings import room_for_claims
+from queuecore.job import Job
+from queuecore.leases import heard, refusal
+from queuecore.observer import WorkerObserver, why_refused_async
+from queuecore.reconnect import connection_lost
+from queuecore.worklog import describe, label, log
+
+if TYPE_CHECKING:
+    from queuecore import AsyncQueue
+
+
+async def wait_for(event: asyncio.Event, timeout: float) -> bool:
+    """`threading.Event.wait(timeout)` for an `asyncio.Event`: True once set."""
+    try:
+        await asyncio.wait_for(event.wait(), timeout)
+    except asyncio.TimeoutError:  # TimeoutError itself from 3.11 on
+        return event.is_set()
+    return True
+
+
+class AsyncHoldings:
+    """Every job held, from its claim until it was reported: waiting for a task,
+    running, or with its completion in the ack window."""
+
+    def __init__(self) -> None:
+        self.leases: set[AsyncLease] = set()
+        self.waiting: deque[AsyncLease] = deque()
+        self.acking = 0
+        self.work = asyncio.Condition()  # a job is waiting, or stopping
+        self.wake = asyncio.Event()  # the claimer should look again
+        self.stopping = asyncio.Event()
+
+    async def hand_out(self, jobs: list[Job]) -> None:
+        async with self.work:
+            for job in jobs:
+                lease = AsyncLease(job)
+                self.leases.add(lease)
+                self.waiting.append(lease)
+            self.work.notify(len(jobs))
+
+    async def next_waiting(self) -> AsyncLease | None:
+        """The next claimed job for a free task; None once stopping."""
+        async with self.work:
+            await self.work.wait_for(lambda: self.waiting or self.stopping.is_set())
+            return None if self.stopping.is_set() else self.waiting.popleft()
+
+    async def stop(self) -> list[AsyncLease]:
+        """Stop handing out jobs; returns the ones claimed but not started."""
+        self.stopping.set()
+        self.wake.set()
+        async with self.work:
+            unstarted = list(self.waiting)
+            self.waiting.clear()
+            self.work.notify_all()
+        return unstarted
+
+    def to_window(self) -> None:
+        """A held job's completion went to the ack window: its task is free."""
+        self.acking += 1
+        self.wake.set()
+
+    def let_go(self, lease: AsyncLease, *, acked: bool = False) -> None:
+        self.leases.discard(lease)
+        if acked:
+            self.acking -= 1
+        self.wake.set()
+
+    def busy(self) -> bool:
+        return len(self.leases) > self.acking
+
+
+class AsyncClaimer:
+    """Claims as many jobs as there are free tasks (plus prefetch), of the registry's
+    kinds only (W2, R23); waits out an outage; exits after `exit_when_idle`. Idle, it
+    polls, backing off to `poll_interval`, or waits that long at once while
+    `listening()` (a NOTIFY sets `holdings.wake` then, W6)."""
+
+    def __init__(
+        self,
+        queue: AsyncQueue,
+        holdings: AsyncHoldings,
+        *,
+        name: str,
+        queues: Sequence[str] | None,
+        kinds: Sequence[str],
+        active_limit: int,
+        held_limit: int,
+        poll_interval: float,
+        exit_when_idle: float | None,
+        listening: Callable[[], bool],
+        observer: WorkerObserver,
+    ) -> None:
+        self.queue = queue
+        self.holdings = holdings
+        self.name = name
+        self.queues = queues
+        self.kinds = kinds
+        self.active_limit = active_limit
+        self.held_limit = held_limit
+        self.poll_interval = poll_interval
+        self.exit_when_idle = exit_when_idle
+        self.listening = listening
+        self.observer = observer
+
+    async def run(self) -> None:
+        holdings = self.holdings
+        pause = FIRST_IDLE_PAUSE
+        idle_since: float | None = None
+        while not holdings.stopping.is_set():
+            holdings.wake.clear()
+            room = room_for_claims(
+                self.active_limit,
+                self.held_limit,
+                held=len(holdings.leases),
+                acking=holdings.acking,
+            )
+            if room <= 0:
+                await holdings.wake.wait()  # a task frees up, or stop()
+                continue
+            try:
+                jobs = await self.queue.claim(
+                    self.name, limit=room, queues=self.queues, kinds=self.kinds
+                )
+            except Exception as exc:
+                if not connection_lost(exc):  # an outage the queue has logged already
+                    log.warning("claim failed (%s); trying again in %.1fs", describe(exc), pause)
+                else:
+                    self.observer.unreachable()
+                await wait_for(holdings.stopping, pause)
+                pause = min(pause * 2, self.poll_interval)
+                continue
+            self.observer.claimed(len(jobs))
+            if jobs:
+                await holdings.hand_out(jobs)
+                pause, idle_since = FIRST_IDLE_PAUSE, None
+                continue
+            # A NOTIFY sets `wake` when a job comes: while one can, wait the whole interval.
+            wait = self.poll_interval if self.listening() else pause
+            if holdings.busy():
+                idle_since = None
+            elif self.exit_when_idle is not None:
+                idle_since = idle_since or time.monotonic()
+                left = idle_since + self.exit_when_idle - time.monotonic()
+                if left <= 0:
+                    log.info("no work for %.1fs: exiting", self.exit_when_idle)
+                    return
+                wait = min(wait, left)
+            await wait_for(holdings.wake, wait)
+            pause = min(pause * 2, self.poll_interval)
+
+
+async def keep_leases(
+    queue: AsyncQueue,
+    holdings: AsyncHoldings,
+    every: float,
+    finished: asyncio.Event,
+    observer: WorkerObserver,
+) -> None:
+    """W3: one round of heartbeats every `every` seconds until `finished`."""
+    while not await wait_for(finished, every):
+        for lease in list(holdings.leases):
+            if lease.lost.is_set():
+                continue
+            try:
+                held = await queue.heartbeat(lease.job)
+            except Exception as exc:
+                if connection_lost(exc):  # logged by the queue; the next round tries again
+                    break
+                log.warning("heartbeat of %s failed (%s)", label(lease), describe(exc))
+                continue
+            refused = (
+                await why_refused_async(queue, lease.job) if refusal(lease, held) else "lease_lost"
+            )
+            heard(lease, held, observer, refused)

@@ -1,0 +1,177 @@
+"""The child side of a handler process that runs an event loop (ADR 0011): for a registry
+that holds `async def` handlers, the worker's fork server forks one such process, and
+all the worker's slots send it their jobs; it runs them concurrently as tasks of its
+loop (sync handlers of the same registry on its thread pool). `queuecore.loop_supervisor`
+is the worker's side.
+
+Messages (pickled tuples over the socket pair), each naming its job by the ticket the
+worker gave it (the same job may be held twice, by an old lease and a new one): to this
+process ("job", ticket, Job) and ("lost", ticket); from it ("started", ticket) when the
+handler's task begins, so a crash charges only the jobs that had begun (W7), then
+("returned", ticket, result) | ("raised", ticket, error, retry_in, permanent) |
+("completing", ticket) then ("completed", ticket, done) or ("raised", ...). A job
+whose handler returns an effect is completed here, on this process's `AsyncQueue`, as
+in a sync handler process (an effect is a closure, and cannot be sent; R10).
+
+The loop reads the worker's messages itself (`add_reader`: no thread between), and the
+worker's socket closing (its end, even by SIGKILL) ends this process as soon as the loop
+looks, which is at once unless a handler blocks the loop. Only the loop's thread sends.
+SIGTERM and SIGINT are ignored, as by every handler process (W4).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from multiprocessing.connection import Connection
+from multiprocessing.reduction import send_handle
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from queuecore import tracing
+from queuecore.async_handling import AsyncLease, async_outcome_of
+from queuecore.handler_process import log, shared_word, supervisor_pid
+from queuecore.handling import Handler, Raised, Returned
+from queuecore.job import Job
+from queuecore.reconnect import connection_lost
+
+if TYPE_CHECKING:
+    from queuecore import AsyncQueue
+
+T = TypeVar("T")
+#: Threads for sync handlers: never more than the jobs the worker sends at once, which
+#: its slots (`--concurrency`) bound; this only caps a pool that grows on demand.
+SYNC_HANDLER_THREADS = 1024
+
+
+def fork_loop_process(server: Connection, handlers: Mapping[str, Handler], config: Any) -> None:
+    """Fork the loop process (on the fork server, which runs no thread), and send the
+    worker its socket; the fork server reaps it when asked."""
+    child_end, worker_end = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:  # the handler process: it never returns from here
+        server.close()
+        worker_end.close()
+        try:
+            LoopServing(Connection(child_end.detach()), handlers, config).run()
+        finally:
+            tracing.flush()
+            os._exit(0)  # no finalizers: nothing inherited is closed or flushed twice
+    child_end.close()
+    server.send(("forked", pid))
+    to = supervisor_pid() or os.getppid()
+    send_handle(server, worker_end.fileno(), to)
+    worker_end.close()
+    running = shared_word()  # the fork handshake's second handle, unused by a loop process
+    send_handle(server, running, to)
+    os.close(running)
+
+
+class LoopServing:
+    def __init__(self, conn: Connection, handlers: Mapping[str, Handler], config: Any) -> None:
+        self.conn = conn
+        self.handlers = handlers
+        self.config = config
+        self.max_result_bytes: int = config["max_result_bytes"]
+        self.queue: AsyncQueue | None = None
+        self.loop = asyncio.new_event_loop()
+        self.pool = ThreadPoolExecutor(SYNC_HANDLER_THREADS, thread_name_prefix="queuecore-sync")
+        self.running: dict[int, AsyncLease] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def run(self) -> None:
+        with contextlib.suppress(Exception):  # unreachable now: connect() tries again
+            # before "ready": no lease waits for it
+            self.queue = self.loop.run_until_complete(self.open_queue())
+        self.conn.send(("ready",))
+        self.loop.add_reader(self.conn.fileno(), self.read)
+        self.loop.run_forever()  # until the worker's socket closes: read() ends the process
+
+    def read(self) -> None:
+        """The worker's messages waiting on the socket, read by the loop itself (no
+        thread to hop through); its end ends this process."""
+        try:
+            while self.conn.poll():
+                self.take(self.conn.recv())
+        except (EOFError, OSError):
+            tracing.flush()
+            os._exit(0)
+
+    def take(self, message: tuple[Any, ...]) -> None:
+        if message[0] == "job":
+            task = self.loop.create_task(self.serve(message[1], message[2]))
+            self.tasks.add(task)  # held until done: the loop keeps only weak references
+            task.add_done_callback(self.tasks.discard)
+        elif message[0] == "lost":
+            lease = self.running.get(message[1])
+            if lease is not None:
+                lease.mark_lost()
+
+    async def serve(self, ticket: int, job: Job) -> None:
+        lease = self.running[ticket] = AsyncLease(job)
+        try:
+            self.conn.send(("started", ticket))
+            outcome = await async_outcome_of(
+                self.handlers, lease, self.pool, max_result_bytes=self.max_result_bytes
+            )
+            if isinstance(outcome, Raised):
+                self.send_raised(ticket, outcome)
+            elif outcome.effect is None:  # the result (a JSON value) travels back
+                self.conn.send(("returned", ticket, outcome.result))
+            else:
+                await self.complete(ticket, job, outcome)
+        finally:
+            del self.running[ticket]
+
+    async def complete(self, ticket: int, job: Job, outcome: Returned) -> None:
+        """Commit the effect with the completion here: a closure cannot be sent (R10)."""
+        self.conn.send(("completing", ticket))
+        effect, result = outcome.effect, outcome.result
+        try:
+            queue = await self.connect()
+            done = await until_reachable(lambda: queue.complete(job, effect=effect, result=result))
+        except Exception as exc:  # the effect raised (rolled back), or the database did
+            self.send_raised(ticket, Raised.from_exception(exc))
+        else:
+            self.conn.send(("completed", ticket, done))
+
+    async def open_queue(self) -> AsyncQueue:
+        from queuecore import connect_async
+
+        return await connect_async(self.config["dsn"], **self.config["connect_options"])
+
+    async def connect(self) -> AsyncQueue:
+        """This process's queue, for the completions with effects: opened at start when
+        the database can be reached, else retried until it can (an outage is never the
+        job's failure)."""
+        said = False
+        while self.queue is None:
+            try:
+                self.queue = await self.open_queue()
+            except Exception as exc:
+                if not said:
+                    log.warning("cannot connect yet (%s); trying again", exc)
+                    said = True
+                await asyncio.sleep(1.0)
+        return self.queue
+
+    def send_raised(self, ticket: int, raised: Raised) -> None:
+        self.conn.send(("raised", ticket, raised.error, raised.retry_in, raised.permanent))
+
+
+async def until_reachable(report: Callable[[], Awaitable[T]]) -> T:
+    """As every worker's reporter: an outage is never the job's failure. The worker ends
+    this process if it gives up (a second stop signal)."""
+    pause = 0.05
+    while True:
+        try:
+            return await report()
+        except Exception as exc:
+            if not connection_lost(exc):
+                raise
+            log.debug("completing waits for the database (%s)", exc)
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, 1.0)

@@ -1,0 +1,51 @@
+"""Connections of a `queuecore worker` on PostgreSQL (a new server allows 100): its
+handler processes connect only for an effect, so a worker whose handlers return none
+holds the supervisor's own (claimer, ack window, heartbeat, LISTEN) and no more,
+whatever its concurrency."""
+
+from __future__ import annotations
+
+import signal
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+
+from tests.worker.processes import queuecore_process, wait_until
+
+SLOTS = 4
+SUPERVISOR_ROLES = 4  # claimer, ack window, heartbeat, LISTEN
+
+
+def backends_of(conn: psycopg.Connection, database: str) -> int:
+    """Client connections to `database` other than `conn` itself."""
+    row = conn.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid() "
+        "AND backend_type = 'client backend'",
+        (database,),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.mark.postgresql_only
+@pytest.mark.parametrize("backend", ["postgresql"])
+def test_handler_processes_without_effects_open_no_connection(make_queue, dsn, tmp_path):
+    queue = make_queue(clock=None)
+    ids = [queue.enqueue("quick", {}).id for _ in range(200)]
+    queue.close()  # only the worker's connections are left to count
+    url = sa.make_url(dsn)
+    log = tmp_path / "worker.log"
+    command = ("worker", "tests.worker.handlers:REGISTRY", "--concurrency", str(SLOTS))
+    libpq = url.set(drivername="postgresql").render_as_string(hide_password=False)
+    with (
+        psycopg.connect(libpq, autocommit=True) as conn,
+        queuecore_process(*command, "--dsn", dsn, log=log) as worker,
+    ):
+        done = "SELECT count(*) FROM queuecore_jobs WHERE state = 'done'"
+        wait_until(lambda: conn.execute(done).fetchone()[0] == len(ids), worker, log)
+        # The handler processes ran every job, and none of them connected.
+        assert log.read_text().count("done in") == len(ids)
+        assert backends_of(conn, url.database) <= SUPERVISOR_ROLES, log.read_text()
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=60) == 0, log.read_text()
