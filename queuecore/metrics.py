@@ -14,6 +14,7 @@ units (`_seconds`).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,10 +23,12 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from queuecore.job import Job
-from queuecore.observer import Outcome, WorkerObserver
+from queuecore.observer import Outcome, Refused, WorkerObserver
 
 CLAIM_SIZES = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500)
 DURATIONS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+#: Time in queue runs from milliseconds (an idle worker) to hours (a backlog).
+QUEUE_TIMES = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 14400)
 
 
 class PrometheusObserver(WorkerObserver):
@@ -38,7 +41,7 @@ class PrometheusObserver(WorkerObserver):
         self._finished = Counter(
             "queuecore_jobs_finished",
             "Job runs whose report was taken or refused, by outcome "
-            "(done, retried, dead, lease_lost).",
+            "(done, retried, dead; refused: lease_lost, cancelled).",
             ["queue", "kind", "outcome"],
             registry=r,
         )
@@ -47,6 +50,14 @@ class PrometheusObserver(WorkerObserver):
             "How long handlers ran, returned or raised.",
             ["queue", "kind"],
             buckets=DURATIONS,
+            registry=r,
+        )
+        self._queue_time = Histogram(
+            "queuecore_job_queue_seconds",
+            "How long jobs waited from ready (enqueued, delay or backoff over, lease lost) "
+            "to their handler's start.",
+            ["queue", "kind"],
+            buckets=QUEUE_TIMES,
             registry=r,
         )
         self._claims = Counter("queuecore_claims", "Claims made by this worker.", registry=r)
@@ -73,7 +84,9 @@ class PrometheusObserver(WorkerObserver):
         )
         self._lost = Counter(
             "queuecore_leases_lost",
-            "Heartbeats that found their job no longer held by this worker.",
+            "Heartbeats that found their job no longer held by this worker, by reason "
+            "(lease_lost: it ran out and the job went on elsewhere; cancelled).",
+            ["reason"],
             registry=r,
         )
         self._outage = Gauge(
@@ -95,6 +108,11 @@ class PrometheusObserver(WorkerObserver):
 
     def handler_started(self, job: Job) -> None:
         self._busy.inc()
+        if job.ready_at is not None:
+            # ready_at is on the queue's clock (the server's, R20), now on this host's:
+            # a skew between them shows here, and never as a negative wait.
+            waited = max(0.0, time.time() - job.ready_at.timestamp())
+            self._queue_time.labels(job.queue, job.kind).observe(waited)
 
     def handler_ended(self, job: Job, seconds: float) -> None:
         self._busy.dec()
@@ -107,8 +125,11 @@ class PrometheusObserver(WorkerObserver):
         self._flushes.labels("committed" if committed else "failed").inc()
         self._flush_size.observe(jobs)
 
-    def heartbeat(self, held: bool) -> None:
-        (self._heartbeats if held else self._lost).inc()
+    def heartbeat(self, held: bool, refused: Refused = "lease_lost") -> None:
+        if held:
+            self._heartbeats.inc()
+        else:
+            self._lost.labels(refused).inc()
 
     def serve(self, port: int, host: str = "127.0.0.1") -> Any:
         """/metrics on `host:port`, from a daemon thread; returns the server."""

@@ -79,7 +79,7 @@ def _purge_fields(form: Mapping[str, Any]) -> dict[str, Any]:
 
 def _one(form: Mapping[str, Any], name: str) -> str:
     values = form.get(name) or [""]
-    return values[0]
+    return str(values[0])
 
 
 @dataclass(frozen=True)

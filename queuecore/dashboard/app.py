@@ -150,7 +150,7 @@ class Dashboard:
 
     def _page(self, filters: queries.ListFilter) -> queries.JobPage:
         with self.queue.engine.connect() as conn:
-            return queries.read_page(conn, filters, PAGE_SIZE)
+            return queries.read_page(conn, filters, PAGE_SIZE, self.queue.now())
 
     def _links(
         self, filters: queries.ListFilter, page: queries.JobPage, path: str
@@ -175,7 +175,8 @@ class Dashboard:
             def lookup() -> int | None:
                 with self.queue.engine.connect() as conn:
                     stmt = queries.by_dedupe_key()
-                    return conn.execute(stmt, {"dedupe_key": dedupe_key}).scalar()
+                    keyed: int | None = conn.execute(stmt, {"dedupe_key": dedupe_key}).scalar()
+                    return keyed
 
             found = await run_in_threadpool(lookup)
             if found is None:
@@ -249,7 +250,8 @@ class Dashboard:
                 403,
                 problem="the form's CSRF token is missing or stale: reload the page and try again",
             )
-        back = _local_path(raw.get("next") if isinstance(raw.get("next"), str) else None, "/")
+        target = raw.get("next")
+        back = _local_path(target if isinstance(target, str) else None, "/")
         try:
             fields = action.parse(form)
         except (TypeError, ValueError) as exc:

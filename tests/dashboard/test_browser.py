@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.ui import WebDriverWait
@@ -103,7 +105,25 @@ def navigate(browser: Any, act: Any) -> None:
 
 
 def click(browser: Any, element_id: str) -> None:
-    navigate(browser, browser.find_element(By.ID, element_id).click)
+    navigate(browser, lambda: click_when_attached(browser, element_id))
+
+
+def click_when_attached(browser: Any, element_id: str) -> None:
+    """Click the element, found again if chromium replaced the document between finding
+    and clicking it (seen right after a navigation: "Node with given id does not belong
+    to the document")."""
+    for _ in range(20):
+        try:
+            browser.find_element(By.ID, element_id).click()
+            return
+        except (StaleElementReferenceException, WebDriverException) as exc:
+            if not isinstance(exc, StaleElementReferenceException) and (
+                "does not belong to the document" not in str(exc)
+            ):
+                raise
+            detached = exc
+        time.sleep(0.05)
+    raise detached
 
 
 def confirm(browser: Any, expected_question: str) -> None:

@@ -6,7 +6,8 @@ import os
 
 import sqlalchemy as sa
 
-from queuecore import Job, Permanent, Retry
+import queuecore
+from queuecore import Job, Permanent, Retry, current_lease
 from queuecore.schema import jobs
 
 DSN_VARIABLE = "QUEUECORE_METRICS_TEST_DSN"
@@ -37,4 +38,38 @@ def stolen(job: Job) -> None:
     engine.dispose()
 
 
-REGISTRY = {"ok": ok, "flaky": flaky, "bad": bad, "hopeless": hopeless, "stolen": stolen}
+def cancelled(job: Job) -> None:
+    """Cancelled while it runs (R25): its completion is fenced off too, for that reason."""
+    queue = queuecore.connect(os.environ[DSN_VARIABLE])
+    try:
+        assert queue.cancel(job.id)
+    finally:
+        queue.close()
+
+
+def until_lost(job: Job) -> None:
+    """Waits for a heartbeat to find the lease lost, then returns (refused as well)."""
+    if not current_lease().lost.wait(60):
+        raise RuntimeError("no heartbeat found the lease lost")
+
+
+def stolen_then_waits(job: Job) -> None:
+    stolen(job)
+    until_lost(job)
+
+
+def cancelled_then_waits(job: Job) -> None:
+    cancelled(job)
+    until_lost(job)
+
+
+REGISTRY = {
+    "ok": ok,
+    "flaky": flaky,
+    "bad": bad,
+    "hopeless": hopeless,
+    "stolen": stolen,
+    "cancelled": cancelled,
+    "stolen_then_waits": stolen_then_waits,
+    "cancelled_then_waits": cancelled_then_waits,
+}

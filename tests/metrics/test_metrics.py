@@ -1,7 +1,7 @@
 """Prometheus metrics from real processes, scraped over HTTP and read with
 prometheus_client's own parser: a worker's counters after a known mix are exactly that
-mix; the queue gauges of `queuecore metrics` and the dashboard's /metrics are what the
-table holds."""
+mix (a refused report counted as cancelled or lease lost, as the row says); the queue
+gauges of `queuecore metrics` and the dashboard's /metrics are what the table holds."""
 
 from __future__ import annotations
 
@@ -49,18 +49,12 @@ def wait_for(condition, log: Path, proc, timeout: float = 60) -> None:
         time.sleep(0.1)
 
 
-def test_a_workers_counters_are_exactly_its_known_mix(make_queue, dsn, db, tmp_path, monkeypatch):
-    queue = make_queue(clock=None)
-    queue.enqueue_many("ok", [{}] * 5)
-    queue.enqueue_many("flaky", [{}] * 2)
-    queue.enqueue_many("bad", [{}] * 2)
-    queue.enqueue("hopeless", {}, max_attempts=1)
-    queue.enqueue("stolen", {})
-    monkeypatch.setenv(DSN_VARIABLE, dsn)
+def run_worker(dsn: str, log: Path, runs: int, lease_seconds: float) -> Samples:
+    """A real worker on the mix enqueued, scraped once it reported `runs` job runs."""
     port = free_port()
-    log = tmp_path / "worker.log"
     args = ("worker", "tests.metrics.jobs:REGISTRY", "--dsn", dsn, "--concurrency", "2")
-    args += ("--metrics-port", str(port), "--lease-seconds", "120", "--poll-interval", "0.2")
+    args += ("--metrics-port", str(port), "--lease-seconds", str(lease_seconds))
+    args += ("--poll-interval", "0.2")
     with queuecore_process(*args, log=log) as proc:
         url = f"http://127.0.0.1:{port}/metrics"
 
@@ -69,12 +63,30 @@ def test_a_workers_counters_are_exactly_its_known_mix(make_queue, dsn, db, tmp_p
                 finished = scrape(url)["queuecore_jobs_finished_total"]
             except OSError:
                 return False  # not listening yet
-            return sum(finished.values()) >= 13
+            return sum(finished.values()) >= runs
 
         wait_for(settled, log, proc)
         samples = scrape(url)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0, log.read_text()
+    return samples
+
+
+def test_a_workers_counters_are_exactly_its_known_mix(make_queue, dsn, db, tmp_path, monkeypatch):
+    queue = make_queue(clock=None)
+    enqueued = time.time()
+    queue.enqueue_many("ok", [{}] * 5)
+    queue.enqueue_many("flaky", [{}] * 2)
+    queue.enqueue_many("bad", [{}] * 2)
+    queue.enqueue("hopeless", {}, max_attempts=1)
+    queue.enqueue("stolen", {})
+    queue.enqueue("cancelled", {})
+    enqueued_by = time.time()
+    time.sleep(1)  # before the worker starts: every first attempt waits at least this long
+    waited_at_least = time.time() - enqueued_by
+    monkeypatch.setenv(DSN_VARIABLE, dsn)
+    samples = run_worker(dsn, tmp_path / "worker.log", runs=14, lease_seconds=120)
+    waited_at_most = time.time() - enqueued
 
     assert by(samples, "queuecore_jobs_finished_total", "queue", "kind", "outcome") == {
         ("default", "ok", "done"): 5,
@@ -83,18 +95,28 @@ def test_a_workers_counters_are_exactly_its_known_mix(make_queue, dsn, db, tmp_p
         ("default", "bad", "dead"): 2,
         ("default", "hopeless", "dead"): 1,
         ("default", "stolen", "lease_lost"): 1,
+        ("default", "cancelled", "cancelled"): 1,
     }
-    assert by(samples, "queuecore_handler_duration_seconds_count", "queue", "kind") == {
+    runs = {
         ("default", "ok"): 5,
         ("default", "flaky"): 4,
         ("default", "bad"): 2,
         ("default", "hopeless"): 1,
         ("default", "stolen"): 1,
+        ("default", "cancelled"): 1,
     }
-    assert samples["queuecore_claim_size_jobs_sum"][()] == 13  # every run was claimed once
+    assert by(samples, "queuecore_handler_duration_seconds_count", "queue", "kind") == runs
+    # Time in queue: one observation per run, from the job's ready time (the enqueue, or
+    # the retry's end) to its handler's start; the first attempts all waited >= 1 s.
+    assert by(samples, "queuecore_job_queue_seconds_count", "queue", "kind") == runs
+    waits = by(samples, "queuecore_job_queue_seconds_sum", "queue", "kind")
+    assert 5 * waited_at_least <= waits[("default", "ok")] <= 5 * waited_at_most
+    ok_buckets = by(samples, "queuecore_job_queue_seconds_bucket", "queue", "kind", "le")
+    assert ok_buckets[("default", "ok", "0.5")] == 0 and ok_buckets[("default", "ok", "+Inf")] == 5
+    assert samples["queuecore_claim_size_jobs_sum"][()] == 14  # every run was claimed once
     assert samples["queuecore_claims_total"][()] == samples["queuecore_claim_size_jobs_count"][()]
-    # Completions go through the ack window (done and lease lost); failures do not.
-    assert samples["queuecore_ack_flush_size_jobs_sum"][()] == 8
+    # Completions go through the ack window (done, lease lost, cancelled); failures do not.
+    assert samples["queuecore_ack_flush_size_jobs_sum"][()] == 9
     assert by(samples, "queuecore_ack_flushes_total", "result") == {
         ("committed",): samples["queuecore_ack_flush_size_jobs_count"][()]
     }
@@ -105,7 +127,26 @@ def test_a_workers_counters_are_exactly_its_known_mix(make_queue, dsn, db, tmp_p
         states = dict(
             conn.execute(sa.select(jobs.c.state, sa.func.count()).group_by(jobs.c.state)).all()
         )
-    assert states == {"done": 7, "dead": 3, "running": 1}  # the stolen one, still leased
+    assert states == {"done": 7, "dead": 3, "running": 1, "cancelled": 1}  # running: stolen
+
+
+def test_a_refused_heartbeat_says_cancelled_or_lease_lost(make_queue, dsn, tmp_path, monkeypatch):
+    """Short leases, so heartbeats come often: each handler waits until one is refused.
+    One lasting attempt each, so the stolen job, lapsed, is not claimed again (R08)."""
+    queue = make_queue(clock=None)
+    queue.enqueue("stolen_then_waits", {}, max_attempts=1)
+    queue.enqueue("cancelled_then_waits", {}, max_attempts=1)
+    monkeypatch.setenv(DSN_VARIABLE, dsn)
+    samples = run_worker(dsn, tmp_path / "worker.log", runs=2, lease_seconds=2)
+
+    assert by(samples, "queuecore_leases_lost_total", "reason") == {
+        ("lease_lost",): 1,
+        ("cancelled",): 1,
+    }
+    assert by(samples, "queuecore_jobs_finished_total", "queue", "kind", "outcome") == {
+        ("default", "stolen_then_waits", "lease_lost"): 1,
+        ("default", "cancelled_then_waits", "cancelled"): 1,
+    }
 
 
 def test_queue_gauges_from_the_exporter_and_the_dashboard(make_queue, dsn, tmp_path):
