@@ -4,30 +4,37 @@ killer) takes only its own job with it. The worker, the supervising parent, keep
 claims, leases, listener and ack window; the children only run handlers. They are forked
 by the worker's fork server (`queuecore.handler_process`), which sends each one's socket.
 
-A slot sends one job at a time and reads back what it came to. The child's socket
-closing is its death, seen at once: the job whose handler was running is failed then
-with an error naming the exit (the fork server reaps the child and says how it ended),
-instead of after its lease. A job whose outcome the child had sent is reported as usual:
-its handler had returned. An effect is a closure that cannot cross to the parent, so a
-child completes such a job itself (R10), and says so first: dying before that
-completion commits charges the job, as its effect is handler code too; a completion that
-did commit is kept by the fence.
+A slot (`queuecore.process_slot`) keeps its handler process a few jobs ahead and reads
+back what each came to, in order. The child's socket closing is its death, seen at once:
+the job whose handler was running (the number the child wrote into the word it shares
+with the worker before starting it) is failed then with an error naming the exit (the
+fork server reaps the child and says how it ended), instead of after its lease; the jobs
+sent after it never started and are given back, their attempts uncounted (R14). A job
+whose outcome the child had sent is reported as usual: its handler had returned. An
+effect is a closure that cannot cross to the parent, so a child completes such a job
+itself (R10), and says so first: dying before that completion commits charges the job,
+as its effect is handler code too; a completion that did commit is kept by the fence.
 
 Messages (pickled tuples over socket pairs). To the fork server: the configuration, then
-("fork",) answered by ("forked", pid) and the child's socket, ("wait", pid) answered by
-("exited", code). A child says ("ready",) once it has its connection. To a child:
-("job", Job), ("lost", id) when the worker's heartbeat lost the job's lease (W3);
-closing its socket stops it. From a child, per job: ("returned", result) | ("raised", error,
-retry_in, permanent) | ("completing",) then ("completed", done) or ("raised", ...).
+("fork",) answered by ("forked", pid), the child's socket and its shared word; ("wait",
+pid) answered by ("exited", code). A child says ("ready",) once it runs; it connects to
+the database only for its first effect. To a child: ("jobs", [(number, Job), ...]);
+("lost", number) when the worker's heartbeat lost the job's lease (W3); ("stop",),
+answered by ("unstarted", n): the last n jobs sent were dropped unstarted (W4); closing
+its socket ends it. From a child, per job in order: ("returned", result, seconds) |
+("raised", error, retry_in, permanent, seconds) | ("completing",) then ("completed",
+done, seconds) or ("raised", ...); seconds is how long the handler (and effect) ran.
 """
 
 from __future__ import annotations
 
-import contextlib
+import mmap
+import os
 import signal
 import socket
 import subprocess
 import threading
+import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -35,10 +42,8 @@ from multiprocessing.reduction import recv_handle
 from typing import Any
 
 from queuecore.errors import QueuecoreError
-from queuecore.handler_process import COMMAND
-from queuecore.handling import Completed, Crashed, Lease, Outcome, Raised, Returned
-
-WATCH_SLICE = 0.1  # how often a running job's lease is looked at, to tell it was lost
+from queuecore.handler_process import COMMAND, RUNNING
+from queuecore.handler_process import main as fork_server_main
 
 
 class HandlerProcessError(QueuecoreError):
@@ -57,6 +62,66 @@ class HandlerProcesses:
     log_level: str = "INFO"
 
 
+class Started:
+    """A fork server's process: a fresh interpreter, or a fork of the worker's."""
+
+    def __init__(self, pid: int, popen: subprocess.Popen[bytes] | None = None) -> None:
+        self.pid = pid
+        self.popen = popen
+        self._code: int | None = None
+
+    def wait(self) -> int:
+        """Its exit code, or minus the signal that ended it (once it ended)."""
+        if self.popen is not None:
+            return self.popen.wait()
+        if self._code is None:
+            _, status = os.waitpid(self.pid, 0)
+            self._code = os.waitstatus_to_exitcode(status)
+        return self._code
+
+
+_spare: tuple[Started, Connection] | None = None
+_spare_lock = threading.Lock()
+
+
+def prestart() -> None:
+    """Start a fork server now, for the worker about to be made, so that its start
+    overlaps the worker's own (loading the registry, connecting) instead of delaying
+    the worker's first job. The next ForkServer to start takes it; a process that never
+    uses it ends it by exiting (its socket closes).
+
+    Called while its process runs no other thread (the command line, before anything
+    else), it forks that process: a fork server in a millisecond, its imports done,
+    and, as with a fresh interpreter, no thread, lock or connection in it. Otherwise
+    it starts a fresh interpreter, since a fork of a threaded process could inherit a
+    lock held by a thread that does not exist in the fork."""
+    global _spare
+    with _spare_lock:
+        if _spare is None:
+            _spare = _launch(fork=threading.active_count() == 1)
+
+
+def _launch(*, fork: bool = False) -> tuple[Started, Connection]:
+    ours, theirs = socket.socketpair()
+    if fork:
+        pid = os.fork()
+        if pid == 0:  # the fork server: it never returns from here
+            code = 1
+            try:
+                ours.close()
+                code = fork_server_main(["fork server", str(theirs.detach())])
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                os._exit(code)  # no finalizers: what the worker holds is the worker's
+        theirs.close()
+        return Started(pid), Connection(ours.detach())
+    with theirs:
+        fd = theirs.fileno()
+        popen = subprocess.Popen([*COMMAND, str(fd)], pass_fds=[fd], stdin=subprocess.DEVNULL)
+    return Started(popen.pid, popen), Connection(ours.detach())
+
+
 class ForkServer:
     """The worker's side of its fork server (`queuecore.handler_process`), shared by its
     slots: started on first use, asked for a handler process, and for how one ended."""
@@ -65,19 +130,25 @@ class ForkServer:
         self.config = config
         self.max_result_bytes = max_result_bytes
         self._lock = threading.Lock()
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._proc: Started | None = None
         self._conn: Connection | None = None
 
-    def fork(self) -> tuple[int, Connection]:
-        """A new handler process: its pid, and the socket to talk to it."""
+    def fork(self) -> tuple[int, Connection, mmap.mmap]:
+        """A new handler process: its pid, the socket to talk to it, and the word where
+        it writes the number of the job it starts (`handler_process.RUNNING`)."""
         with self._lock:
             conn = self._conn or self._start()
             try:
                 conn.send(("fork",))
                 _, pid = conn.recv()
-                return pid, Connection(recv_handle(conn))
+                sock = Connection(recv_handle(conn))
+                fd = recv_handle(conn)
             except (EOFError, OSError) as exc:
                 raise self._failed("stopped") from exc
+        try:
+            return pid, sock, mmap.mmap(fd, RUNNING.size)
+        finally:
+            os.close(fd)
 
     def wait(self, pid: int) -> int:
         """How handler process `pid` ended, once its socket closed: its exit code, or minus
@@ -101,13 +172,10 @@ class ForkServer:
             proc.wait()
 
     def _start(self) -> Connection:
-        ours, theirs = socket.socketpair()
-        with theirs:
-            fd = theirs.fileno()
-            self._proc = subprocess.Popen(
-                [*COMMAND, str(fd)], pass_fds=[fd], stdin=subprocess.DEVNULL
-            )
-        conn = Connection(ours.detach())
+        global _spare
+        with _spare_lock:
+            spare, _spare = _spare, None
+        self._proc, conn = spare or _launch()
         config = self.config
         try:
             conn.send(
@@ -135,70 +203,6 @@ class ForkServer:
             f"the fork server of the handler processes for {self.config.registry} {what}"
             f"{code}; its output above says why"
         )
-
-
-class HandlerProcess:
-    """One slot's handler process, forked again after it died."""
-
-    def __init__(self, server: ForkServer) -> None:
-        self.server = server
-        self._pid: int | None = None
-        self._conn: Connection | None = None
-
-    @property
-    def started(self) -> bool:
-        return self._conn is not None
-
-    def start(self) -> None:
-        """Fork a handler process, and wait until it has its connection (or found the
-        database out of reach), so no claimed job waits for that."""
-        pid, conn = self.server.fork()
-        try:
-            ready = conn.recv()
-        except (EOFError, OSError):
-            ready = None
-        if ready != ("ready",):
-            conn.close()
-            code = self.server.wait(pid)
-            raise HandlerProcessError(f"a handler process (pid {pid}) {exit_text(code)} at start")
-        self._pid, self._conn = pid, conn
-
-    def run(self, lease: Lease) -> Outcome:
-        assert self._pid is not None and self._conn is not None, "start() first"
-        pid, conn = self._pid, self._conn
-        doing = "the handler"
-        told_lost = False
-        try:
-            conn.send(("job", lease.job))
-            while True:
-                if not conn.poll(WATCH_SLICE):
-                    if lease.lost.is_set() and not told_lost:
-                        conn.send(("lost", lease.job.id))
-                        told_lost = True
-                    continue
-                message = conn.recv()
-                if message[0] == "returned":
-                    return Returned(result=message[1])
-                if message[0] == "raised":
-                    return Raised(*message[1:])
-                if message[0] == "completed":
-                    return Completed(message[1])
-                lease.reporting = True  # "completing": a heartbeat finding it done is no loss
-                doing = "the handler's effect (the completion did not commit)"
-        except (EOFError, OSError):
-            pass
-        self._pid = self._conn = None
-        conn.close()
-        code = self.server.wait(pid)
-        return Crashed(f"its handler process (pid {pid}) {exit_text(code)} while running {doing}")
-
-    def close(self) -> None:
-        """Stop the handler process: it exits when its socket closes."""
-        pid, conn, self._pid, self._conn = self._pid, self._conn, None, None
-        if conn is not None and pid is not None:
-            conn.close()
-            with contextlib.suppress(HandlerProcessError):
-                self.server.wait(pid)
 
 
 def exit_text(code: int) -> str:

@@ -228,7 +228,7 @@ def _advance_to_next(queue: Queue, clock: MovableClock, queues: Sequence[str] | 
     earliest = select(func.min(jobs.c.visible_at)).where(LIVE)
     if queues is not None:
         earliest = earliest.where(jobs.c.queue.in_(list(queues)))
-    with queue.engine.connect() as conn:  # type: ignore[attr-defined]
+    with queue.engine.connect() as conn:
         when = conn.execute(earliest).scalar()
     if when is None or when <= clock():
         return False

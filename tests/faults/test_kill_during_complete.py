@@ -16,7 +16,7 @@ from tests.faults.helpers import actor, read_message, rows, scalar, wait_until
 LEASE = 30.0
 
 
-def test_kill_9_inside_the_completing_transaction(backend, private_dsn, clock):
+def test_w5_kill_9_inside_the_completing_transaction(backend, private_dsn, clock):
     create_ledger(private_dsn)
     queue = queuecore.connect(private_dsn, clock=clock, lease_seconds=LEASE)
     job_id = queue.enqueue("pay", {"amount": 5}).id

@@ -28,8 +28,9 @@ import pytest
 import sqlalchemy as sa
 
 import queuecore
-from queuecore.demo import WorkerPool, outcomes, worker_command
-from queuecore.demo_jobs import KINDS, ledger, payload
+from queuecore.demo.jobs import KINDS, ledger, payload
+from queuecore.demo.pool import WorkerPool, worker_command
+from queuecore.demo.verdict import outcomes
 from queuecore.reconnect import PAUSES
 from queuecore.schema import jobs
 from tests.faults.helpers import Terminator, scalar, wait_until

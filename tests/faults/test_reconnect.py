@@ -93,7 +93,7 @@ def cut_hot_connection(queue: queuecore.Queue, terminator: Terminator) -> None:
     """Ends the connection the hot path runs its one-statement autocommit writes on (an
     enqueue without a dedupe key, an enqueue_many): the next one cannot know whether its
     commit landed (here it did not)."""
-    _, driver = queue._hot_connection()
+    _, driver = queue.hot.connection()
     assert terminator.backend(driver.info.backend_pid) == 1
 
 

@@ -1,6 +1,11 @@
 """The backend swap reuses the conformance fixtures: every test on both backends, each
 with its own migrated database."""
 
+from collections.abc import Callable
+
+import pytest
+
+import queuecore
 from tests.conformance.conftest import (
     backend,
     clock,
@@ -15,6 +20,7 @@ from tests.conformance.conftest import (
 __all__ = [
     "backend",
     "clock",
+    "connect",
     "dsn",
     "empty_dsn",
     "make_queue",
@@ -22,3 +28,10 @@ __all__ = [
     "queue",
     "sqlite_template",
 ]
+
+
+@pytest.fixture
+def connect() -> Callable[..., queuecore.Queue]:
+    """The conformance `make_queue` opens its queues with this: here the sync queue only
+    (the conformance suite alone runs on the async face too)."""
+    return queuecore.connect

@@ -5,7 +5,7 @@ Every handler that succeeds returns the same effect: one row in a ledger table, 
 in the transaction that completes the job. A job with two ledger rows would prove an
 effect ran twice; the verdict counts them. Run them with:
 
-    queuecore worker queuecore.demo_jobs:REGISTRY --dsn ...
+    queuecore worker queuecore.demo.jobs:REGISTRY --dsn ...
 """
 
 from __future__ import annotations
