@@ -7,12 +7,15 @@ the database server's clock can be used without interval types.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
     CheckConstraint,
     Column,
+    ColumnClause,
     Double,
     Index,
     Integer,
@@ -23,16 +26,17 @@ from sqlalchemy import (
     literal_column,
 )
 from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.sql.elements import ColumnElement
 
 metadata = MetaData()
 
 # State names rendered as SQL literals, never as bound parameters: SQLite's planner
 # can only match a partial index's WHERE against literal terms.
-QUEUED = literal_column("'queued'")
-RUNNING = literal_column("'running'")
-DONE = literal_column("'done'")
-DEAD = literal_column("'dead'")
-CANCELLED = literal_column("'cancelled'")
+QUEUED: ColumnClause[Any] = literal_column("'queued'")
+RUNNING: ColumnClause[Any] = literal_column("'running'")
+DONE: ColumnClause[Any] = literal_column("'done'")
+DEAD: ColumnClause[Any] = literal_column("'dead'")
+CANCELLED: ColumnClause[Any] = literal_column("'cancelled'")
 STATES = ("queued", "running", "done", "dead", "cancelled")
 TERMINAL = ("done", "dead", "cancelled")
 
@@ -62,6 +66,9 @@ jobs = Table(
     Column("result", RESULT_TYPE),
     Column("awaited", Boolean),
     Column("trace_context", Text),
+    # 0004: the `visible_at` the last claim found, when that attempt became ready, written
+    # by the claim itself (`statements._claimed`): its time in queue is claim - ready_at.
+    Column("ready_at", Double),
     CheckConstraint(
         "state IN ('queued', 'running', 'done', 'dead', 'cancelled')",
         name="ck_queuecore_jobs_state",
@@ -78,51 +85,31 @@ IS_DONE = jobs.c.state == DONE
 IS_DEAD = jobs.c.state == DEAD
 IS_CANCELLED = jobs.c.state == CANCELLED
 
+#: The dialects whose indexes take a WHERE: the finished rows are left out of them.
+PARTIAL_INDEX_DIALECTS = ("sqlite", "postgresql")
+
+
+def partial_index(name: str, where: ColumnElement[bool], *columns: Column[Any]) -> Index:
+    """An index of the rows `where` holds for, on every dialect that has partial indexes."""
+    wheres: dict[str, Any] = {f"{dialect}_where": where for dialect in PARTIAL_INDEX_DIALECTS}
+    return Index(name, *columns, **wheres)
+
+
 # The claim walks this in (priority, visible_at, id) order and stops after `limit`
 # ready rows; finished rows are not in it, so their number does not matter.
-Index(
-    "ix_queuecore_jobs_ready",
-    jobs.c.priority,
-    jobs.c.visible_at,
-    jobs.c.id,
-    sqlite_where=LIVE,
-    postgresql_where=LIVE,
-)
-Index(
+partial_index("ix_queuecore_jobs_ready", LIVE, jobs.c.priority, jobs.c.visible_at, jobs.c.id)
+partial_index(
     "ix_queuecore_jobs_ready_by_queue",
+    LIVE,
     jobs.c.queue,
     jobs.c.priority,
     jobs.c.visible_at,
     jobs.c.id,
-    sqlite_where=LIVE,
-    postgresql_where=LIVE,
 )
 # The retire step (R08) asks for `state = 'running'`, which SQLite cannot prove
 # implies `state IN (...)`: it needs an index of its own.
-Index(
-    "ix_queuecore_jobs_leases",
-    jobs.c.visible_at,
-    sqlite_where=IS_RUNNING,
-    postgresql_where=IS_RUNNING,
-)
+partial_index("ix_queuecore_jobs_leases", IS_RUNNING, jobs.c.visible_at)
 # Purge and the dead-letter views read these instead of scanning all finished rows.
-Index(
-    "ix_queuecore_jobs_done",
-    jobs.c.finished_at,
-    sqlite_where=IS_DONE,
-    postgresql_where=IS_DONE,
-)
-Index(
-    "ix_queuecore_jobs_dead",
-    jobs.c.queue,
-    jobs.c.finished_at,
-    sqlite_where=IS_DEAD,
-    postgresql_where=IS_DEAD,
-)
-Index(
-    "ix_queuecore_jobs_cancelled",
-    jobs.c.queue,
-    jobs.c.finished_at,
-    sqlite_where=IS_CANCELLED,
-    postgresql_where=IS_CANCELLED,
-)
+partial_index("ix_queuecore_jobs_done", IS_DONE, jobs.c.finished_at)
+partial_index("ix_queuecore_jobs_dead", IS_DEAD, jobs.c.queue, jobs.c.finished_at)
+partial_index("ix_queuecore_jobs_cancelled", IS_CANCELLED, jobs.c.queue, jobs.c.finished_at)
