@@ -1,4 +1,5 @@
-"""The registry `queuecore worker` runs in the worker benchmark: one no-op kind."""
+"""The registries `queuecore worker` runs in the worker benchmark: one no-op kind, as a
+sync handler, and as an `async def` one (run on the event loop of one handler process)."""
 
 from __future__ import annotations
 
@@ -12,3 +13,10 @@ def noop(job: object) -> None:
 
 
 REGISTRY = {"noop": noop}
+
+
+async def async_noop(job: object) -> None:
+    """Does nothing, on the event loop."""
+
+
+ASYNC_REGISTRY = {"noop": async_noop}

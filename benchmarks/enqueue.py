@@ -20,7 +20,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks.checks import Check, check, ratio
-from benchmarks.implementations import FLOOR, HUEY, PGQUEUER, QUEUECORE, Target
+from benchmarks.implementations import (
+    FLOOR,
+    HUEY,
+    PGQUEUER,
+    QUEUECORE,
+    QUEUECORE_ASYNC,
+    TASKS,
+    Target,
+    connect_queuecore_async,
+)
 
 SINGLE = "enqueue"
 MANY = "enqueue_many"
@@ -67,6 +76,34 @@ def _queuecore(target: Target, shape: str, jobs: int) -> float:
             shape,
             jobs,
         )
+
+
+def _queuecore_async(target: Target, shape: str, jobs: int) -> float:
+    """`connect_async`: single enqueues from TASKS concurrent tasks (a web server's
+    requests), or one awaited enqueue_many."""
+
+    async def run() -> float:
+        async with await connect_queuecore_async(target) as queue:
+
+            async def tasks(first: int, count: int) -> None:
+                async def one_task(numbers: range) -> None:
+                    for n in numbers:
+                        await queue.enqueue("noop", _payload(n))
+
+                await asyncio.gather(
+                    *(one_task(range(first + t, first + count, TASKS)) for t in range(TASKS))
+                )
+
+            async def batch(first: int, count: int) -> None:
+                await queue.enqueue_many("noop", [_payload(n) for n in range(first, first + count)])
+
+            timed = tasks if shape == SINGLE else batch
+            await timed(-WARM_UP, WARM_UP)
+            start = time.perf_counter()
+            await timed(0, jobs)
+            return jobs / (time.perf_counter() - start)
+
+    return asyncio.run(run())
 
 
 def _floor(target: Target, shape: str, jobs: int) -> float:
@@ -183,6 +220,7 @@ def _pgqueuer(target: Target, shape: str, jobs: int) -> float:
 
 RUNNERS: dict[str, Callable[[Target, str, int], float | None]] = {
     QUEUECORE: _queuecore,
+    QUEUECORE_ASYNC: _queuecore_async,
     FLOOR: _floor,
     HUEY: _huey,
     PGQUEUER: _pgqueuer,
@@ -220,7 +258,7 @@ def run(
     ]
     for repeat in range(repeats):
         for row in rows:
-            chosen = [QUEUECORE, FLOOR]
+            chosen = [QUEUECORE, QUEUECORE_ASYNC, FLOOR]
             if installed(PEERS[row.backend]):
                 chosen.append(PEERS[row.backend])
             for implementation in chosen:
@@ -240,7 +278,7 @@ def run(
 def table(rows: list[Row]) -> list[str]:
     lines = [
         f"{'backend':<10} {'path':<12} {'jobs':>6} {'queuecore':>10} {'floor':>9} "
-        f"{'peer':>18} {'qc/floor':>8} {'qc/peer':>8}"
+        f"{'peer':>18} {'qc/floor':>8} {'qc/peer':>8} {'async':>9} {'async/qc':>8}"
     ]
     for row in rows:
         peer = PEERS[row.backend]
@@ -249,7 +287,9 @@ def table(rows: list[Row]) -> list[str]:
             f"{row.backend:<10} {row.shape:<12} {row.jobs:>6,} {_fmt(rate):>10} "
             f"{_fmt(row.median(FLOOR)):>9} {peer + ' ' + _fmt(row.median(peer)):>18} "
             f"{_fmt(ratio(rate, row.median(FLOOR)), '.2f'):>8} "
-            f"{_fmt(ratio(rate, row.median(peer)), '.2f'):>8}"
+            f"{_fmt(ratio(rate, row.median(peer)), '.2f'):>8} "
+            f"{_fmt(row.median(QUEUECORE_ASYNC)):>9} "
+            f"{_fmt(ratio(row.median(QUEUECORE_ASYNC), rate), '.2f'):>8}"
         )
     return lines
 
@@ -264,6 +304,8 @@ def targets(rows: list[Row], checks: list[Check]) -> None:
         if row.shape == SINGLE:
             rate = ratio(row.median(QUEUECORE), row.median(FLOOR))
             check(checks, f"{where}: queuecore >= 0.8x floor", rate, 0.8)
+            concurrent = ratio(row.median(QUEUECORE_ASYNC), row.median(QUEUECORE))
+            check(checks, f"{where}: async from {TASKS} tasks >= 0.8x sync", concurrent, 0.8)
         elif row.backend == "postgresql":
             check(
                 checks,

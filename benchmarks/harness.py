@@ -29,7 +29,9 @@ from benchmarks.implementations import (
     HUEY,
     PGQUEUER,
     QUEUECORE,
+    QUEUECORE_ASYNC,
     QUEUECORE_BATCHED,
+    TASKS,
     Target,
 )
 
@@ -99,7 +101,7 @@ def installed(module: str) -> bool:
 
 
 def implementations(backend: str, limit: int) -> list[str]:
-    chosen = [QUEUECORE, FLOOR]
+    chosen = [QUEUECORE, QUEUECORE_ASYNC, FLOOR]
     if backend == "sqlite" and limit == 1:
         chosen.append(FLOOR_ONE_STATEMENT)
     if limit > 1:
@@ -229,11 +231,15 @@ def throughput_table(rows: list[Row]) -> list[str]:
                 ),
                 None,
             )
-        for implementation in (QUEUECORE, QUEUECORE_BATCHED):
+        for implementation in (QUEUECORE, QUEUECORE_ASYNC, QUEUECORE_BATCHED):
             rate = row.median(implementation)
             if rate is None:
                 continue
-            label = "" if implementation == QUEUECORE else " +complete_many ack window"
+            label = {
+                QUEUECORE: "",
+                QUEUECORE_ASYNC: f" async API, {TASKS} tasks a worker",
+                QUEUECORE_BATCHED: " +complete_many ack window",
+            }[implementation]
             rss = "/".join(fmt(row.rss(i), ".0f") for i in (implementation, FLOOR, peer))
             lines.append(
                 f"{row.backend:<10} {row.synchronous or '':<6} {row.workers:>7} "
@@ -275,6 +281,12 @@ def targets(rows: list[Row], lat: list[dict[str, Any]], checks: list[Check]) -> 
             checks,
             f"{where}: queuecore >= 0.8x floor",
             ratio(row.median(QUEUECORE), row.median(FLOOR)),
+            0.8,
+        )
+        check(
+            checks,
+            f"{where}: async claim+complete >= 0.8x sync",
+            ratio(row.median(QUEUECORE_ASYNC), row.median(QUEUECORE)),
             0.8,
         )
         if row.limit == 1 and row.backend == "sqlite" and row.synchronous == "NORMAL":

@@ -21,6 +21,9 @@ QUEUECORE = "queuecore"
 QUEUECORE_BATCHED = "queuecore complete_many"
 ACK_WINDOW_JOBS = 100
 ACK_WINDOW_S = 0.05
+#: queuecore's async API (`connect_async`): TASKS concurrent tasks claim and complete.
+QUEUECORE_ASYNC = "queuecore async"
+TASKS = 8
 FLOOR = "floor"
 #: SQLite's floor under the amended R08: a one-job claim is one statement (dead written lazily).
 FLOOR_ONE_STATEMENT = "floor, one statement"
@@ -79,6 +82,41 @@ def _queuecore(target: Target, limit: int, name: str, barrier: Barrier) -> Drain
                     raise RuntimeError(f"a fenced complete failed in {name}")
                 ran.append(job.id)
         return ran, start, time.perf_counter()
+
+
+def connect_queuecore_async(target: Target) -> Any:
+    """`_connect_queuecore`'s options, through `connect_async` (a coroutine)."""
+    import warnings
+
+    import queuecore
+
+    warnings.simplefilter("ignore", queuecore.SQLiteBuildWarning)
+    options = {"synchronous": target.synchronous} if target.backend == "sqlite" else {}
+    return queuecore.connect_async(target.url, **options)
+
+
+def _queuecore_async(target: Target, limit: int, name: str, barrier: Barrier) -> Drained:
+    """TASKS tasks on one event loop, each claiming and completing as `_queuecore` does."""
+    import asyncio
+
+    async def drain() -> Drained:
+        async with await connect_queuecore_async(target) as queue:
+            await queue.stats()
+            ran: list[int] = []
+
+            async def task(number: int) -> None:
+                while jobs := await queue.claim(f"{name}-{number}", limit=limit):
+                    for job in jobs:
+                        if not await queue.complete(job):
+                            raise RuntimeError(f"a fenced complete failed in {name}")
+                        ran.append(job.id)
+
+            barrier.wait()
+            start = time.perf_counter()
+            await asyncio.gather(*(task(n) for n in range(TASKS)))
+            return ran, start, time.perf_counter()
+
+    return asyncio.run(drain())
 
 
 def _queuecore_ack_window(target: Target, limit: int, name: str, barrier: Barrier) -> Drained:
@@ -200,6 +238,7 @@ def _pgqueuer(target: Target, limit: int, name: str, barrier: Barrier) -> Draine
 DRAINERS: dict[str, Callable[[Target, int, str, Barrier], Drained]] = {
     QUEUECORE: _queuecore,
     QUEUECORE_BATCHED: _queuecore_ack_window,
+    QUEUECORE_ASYNC: _queuecore_async,
     FLOOR: _floor,
     FLOOR_ONE_STATEMENT: _floor_one_statement,
     HUEY: _huey,

@@ -32,6 +32,8 @@ from benchmarks.implementations import HUEY, PGQUEUER, QUEUECORE, Target
 WORKER = "queuecore worker"
 #: The same with `--log-level WARNING`: what the per-job log line costs.
 WORKER_QUIET = "queuecore worker, no per-job log"
+#: The same with the registry's handler an `async def` one (ADR 0011's event loop).
+WORKER_ASYNC = "queuecore worker, async handler"
 #: queuecore's best library loop (claim 10, `complete_many` ack window), same harness.
 LOOP = "library loop"
 HUEY_CONSUMER = "huey consumer"
@@ -41,6 +43,7 @@ PGQUEUER_WORKER = "pgqueuer worker"
 SEEDS = {
     WORKER: QUEUECORE,
     WORKER_QUIET: QUEUECORE,
+    WORKER_ASYNC: QUEUECORE,
     LOOP: QUEUECORE,
     HUEY_CONSUMER: HUEY,
     PGQUEUER_WORKER: PGQUEUER,
@@ -67,8 +70,9 @@ class Run:
 def command(implementation: str, target: Target) -> list[str]:
     """The command a user would type, with its default options."""
     python = sys.executable
-    if implementation in (WORKER, WORKER_QUIET):
-        cmd = [python, "-m", "queuecore", "worker", "benchmarks.apps_queuecore:REGISTRY"]
+    if implementation in (WORKER, WORKER_QUIET, WORKER_ASYNC):
+        registry = "ASYNC_REGISTRY" if implementation == WORKER_ASYNC else "REGISTRY"
+        cmd = [python, "-m", "queuecore", "worker", f"benchmarks.apps_queuecore:{registry}"]
         cmd += ["--dsn", target.url]
         if implementation == WORKER_QUIET:
             cmd += ["--log-level", "WARNING"]
@@ -254,7 +258,7 @@ class Row:
 
 
 def implementations(backend: str, peer_installed: bool) -> list[str]:
-    chosen = [WORKER, WORKER_QUIET, LOOP]
+    chosen = [WORKER, WORKER_QUIET, WORKER_ASYNC, LOOP]
     return [*chosen, PEERS[backend]] if peer_installed else chosen
 
 
@@ -290,8 +294,8 @@ def run(
 
 def table(rows: list[Row]) -> list[str]:
     lines = [
-        f"{'backend':<10} {'procs':>5} {'worker':>8} {'no log':>8} {'loop':>8} "
-        f"{'peer':>22} {'w/loop':>6} {'w/peer':>6} {'log cost':>8} {'start s':>7}"
+        f"{'backend':<10} {'procs':>5} {'worker':>8} {'no log':>8} {'async':>8} {'loop':>8} "
+        f"{'peer':>22} {'w/loop':>6} {'w/peer':>6} {'a/w':>5} {'log cost':>8} {'start s':>7}"
     ]
     for row in rows:
         peer = PEERS[row.backend]
@@ -300,9 +304,11 @@ def table(rows: list[Row]) -> list[str]:
         cost = None if worker is None or not quiet else 1 - worker / quiet
         lines.append(
             f"{row.backend:<10} {row.processes:>5} {_fmt(worker):>8} {_fmt(quiet):>8} "
+            f"{_fmt(row.median(WORKER_ASYNC)):>8} "
             f"{_fmt(row.median(LOOP)):>8} {peer + ' ' + _fmt(row.median(peer)):>22} "
             f"{_fmt(ratio(worker, row.median(LOOP)), '.2f'):>6} "
             f"{_fmt(ratio(worker, row.median(peer)), '.2f'):>6} "
+            f"{_fmt(ratio(row.median(WORKER_ASYNC), worker), '.2f'):>5} "
             f"{_fmt(cost, '.0%'):>8} {_fmt(row.start_s(WORKER), '.2f'):>7}"
         )
     return lines

@@ -15,13 +15,19 @@ from benchmarks import databases, enqueue, worker_e2e
 from benchmarks.checks import Check, check, exit_status
 from benchmarks.floors import SQLiteOneStatementFloor
 from benchmarks.harness import build_parser, plan_of
-from benchmarks.implementations import FLOOR, FLOOR_ONE_STATEMENT, QUEUECORE, QUEUECORE_BATCHED
+from benchmarks.implementations import (
+    FLOOR,
+    FLOOR_ONE_STATEMENT,
+    QUEUECORE,
+    QUEUECORE_ASYNC,
+    QUEUECORE_BATCHED,
+)
 from benchmarks.throughput import Databases, measure
 
 PGQUEUER_NAME = worker_e2e.PGQUEUER_WORKER
 
 JOBS = 300
-SHAPES = [(FLOOR, 1), (FLOOR, 10), (QUEUECORE_BATCHED, 10)]
+SHAPES = [(FLOOR, 1), (FLOOR, 10), (QUEUECORE_BATCHED, 10), (QUEUECORE_ASYNC, 1)]
 
 
 @pytest.fixture
@@ -107,7 +113,7 @@ def test_postgresql_worker_processes_drain_every_job_once(
 
 
 @pytest.mark.parametrize("shape", [enqueue.SINGLE, enqueue.MANY])
-@pytest.mark.parametrize("implementation", [QUEUECORE, FLOOR])
+@pytest.mark.parametrize("implementation", [QUEUECORE, QUEUECORE_ASYNC, FLOOR])
 def test_enqueue_runs_write_what_they_time(
     tmp_path: Path, postgres: databases.PostgresDatabases, implementation: str, shape: str
 ):
