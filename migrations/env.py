@@ -22,7 +22,12 @@ def run_migrations_online() -> None:
     if owned:
         engine = create_engine(context.config.get_main_option("sqlalchemy.url"))
     try:
-        with engine.connect() as connection:
+        # One transaction for the whole upgrade, begun before alembic sees the connection:
+        # alembic takes SQLite for a database without transactional DDL and would commit
+        # after each revision, and a second process racing on a new file then read the
+        # version between two of them and ran a revision again. SQLite's DDL is
+        # transactional, and this begin takes the write lock (BEGIN IMMEDIATE) for it all.
+        with engine.connect() as connection, connection.begin():
             context.configure(
                 connection=connection,
                 target_metadata=metadata,
@@ -31,12 +36,11 @@ def run_migrations_online() -> None:
                 render_as_batch=connection.dialect.name == "sqlite",
                 compare_type=True,
             )
-            with context.begin_transaction():
-                if connection.dialect.name == "postgresql":
-                    connection.execute(
-                        text("SELECT pg_advisory_xact_lock(:key)"), {"key": PG_MIGRATION_LOCK}
-                    )
-                context.run_migrations()
+            if connection.dialect.name == "postgresql":
+                connection.execute(
+                    text("SELECT pg_advisory_xact_lock(:key)"), {"key": PG_MIGRATION_LOCK}
+                )
+            context.run_migrations()
     finally:
         if owned:
             engine.dispose()

@@ -73,6 +73,21 @@ def test_migrate_builds_the_models_without_drift(engine):
     ]
 
 
+def test_a_new_database_is_migrated_in_one_transaction(engine):
+    """Every revision, and the version table, commit together: a process that opens the
+    database meanwhile sees no schema or all of it, never a revision in between to run
+    again (alembic commits after each revision on SQLite unless told otherwise, and two
+    processes racing on a new file then failed: 'expected to match one row when updating
+    0002 to 0003')."""
+    commits: list[None] = []
+    sa.event.listen(engine, "commit", lambda conn: commits.append(None))
+
+    assert queuecore.migrate(engine) == head_revision()
+
+    assert len(commits) == 1
+    assert versions(engine, VERSION_TABLE) == [head_revision()]
+
+
 def test_migrate_twice_is_a_no_op(engine):
     queuecore.migrate(engine)
     before = schema(engine)
