@@ -158,7 +158,9 @@ def test_r19_every_claim_shape_reads_the_ready_index(
 
 def test_r08_reads_of_lost_leases_use_the_partial_indexes(crowded, db, clock):
     """What finds the running rows that are dead by R08 reads the leases index, beside
-    the dead index for the dead list: none of it walks the finished rows."""
+    the dead index for the dead list: none of it walks the finished rows. For one queue,
+    the planner may take the live rows by queue instead (measured on PostgreSQL once its
+    statistics had seen the crowd): that index holds no finished row either."""
     params = {"now": clock.now, "limit": 10, "queue": "q1", "job_id": 1}
     for now in nows(crowded):
         with db.connect() as conn:
@@ -169,8 +171,11 @@ def test_r08_reads_of_lost_leases_use_the_partial_indexes(crowded, db, clock):
             ]
             got = explain(conn, statements.get(now), params)
         assert LEASES in retire.indexes and not retire.full_scan, retire
+        everywhere, by_queue = listed
+        assert everywhere.indexes <= {DEAD, LEASES} and LEASES in everywhere.indexes, everywhere
+        live = {LEASES, *READY}
+        assert by_queue.indexes <= {DEAD, *live} and by_queue.indexes & live, by_queue
         for plan in listed:
-            assert plan.indexes <= {DEAD, LEASES} and LEASES in plan.indexes, plan
             assert not plan.full_scan, plan
         assert got.indexes == {PRIMARY_KEY} and not got.full_scan, got
 
