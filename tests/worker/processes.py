@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -68,3 +70,20 @@ def run_queuecore(*args: str, timeout: float = 120) -> subprocess.CompletedProce
         timeout=timeout,
         check=False,
     )
+
+
+def claim_while_frozen(
+    worker: subprocess.Popen[bytes], claim: Callable[[], list[Any]], lease: float
+) -> list[Any]:
+    """SIGSTOP the worker (not its handler processes) until `claim` takes a job whose
+    lease the frozen worker could not renew; SIGCONT it whatever happens."""
+    worker.send_signal(signal.SIGSTOP)
+    try:
+        stolen: list[Any] = []
+        deadline = time.monotonic() + 30
+        while not stolen and time.monotonic() < deadline:
+            time.sleep(lease / 2)
+            stolen = claim()
+        return stolen
+    finally:
+        worker.send_signal(signal.SIGCONT)

@@ -15,7 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.worker.processes import REPO, queuecore_env, queuecore_process, wait_until
+from tests.worker.processes import (
+    REPO,
+    claim_while_frozen,
+    queuecore_env,
+    queuecore_process,
+    wait_until,
+)
 
 REGISTRY = "tests.worker.async_handlers:REGISTRY"
 WORKER = ("worker", REGISTRY, "--queues", "async")
@@ -171,16 +177,8 @@ def test_w3_an_async_handler_in_its_process_hears_that_its_lease_was_lost(
     leases = ("--lease-seconds", str(lease))
     with queuecore_process(*WORKER, *leases, "--dsn", dsn, log=log) as worker:
         wait_until(started.exists, worker, log)
-        worker.send_signal(signal.SIGSTOP)  # the worker, not its handler process, freezes
-        try:
-            stolen = []
-            deadline = time.monotonic() + 30
-            while not stolen and time.monotonic() < deadline:
-                time.sleep(lease / 2)
-                stolen = queue.claim("thief", queues=["async"])
-            assert [j.id for j in stolen] == [job_id]
-        finally:
-            worker.send_signal(signal.SIGCONT)
+        stolen = claim_while_frozen(worker, lambda: queue.claim("thief", queues=["async"]), lease)
+        assert [j.id for j in stolen] == [job_id]
         wait_until(seen.exists, worker, log)
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=60) == 0, log.read_text()

@@ -9,12 +9,11 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.worker.processes import queuecore_process, wait_until
+from tests.worker.processes import claim_while_frozen, queuecore_process, wait_until
 
 LONG_LEASE = ("--lease-seconds", "300")
 WORKER = ("worker", "tests.worker.handlers:REGISTRY", "--queues", "crash", *LONG_LEASE)
@@ -89,16 +88,8 @@ def test_w3_a_handler_in_its_process_hears_that_its_lease_was_lost(make_queue, d
     command = ("worker", "tests.worker.handlers:REGISTRY", "--queues", "crash", *leases)
     with queuecore_process(*command, "--dsn", dsn, log=log) as worker:
         wait_until(started.exists, worker, log)
-        worker.send_signal(signal.SIGSTOP)  # the worker, not its handler process, freezes
-        try:
-            stolen = []
-            deadline = time.monotonic() + 30
-            while not stolen and time.monotonic() < deadline:
-                time.sleep(lease / 2)
-                stolen = queue.claim("thief", queues=["crash"])
-            assert [j.id for j in stolen] == [job_id]
-        finally:
-            worker.send_signal(signal.SIGCONT)
+        stolen = claim_while_frozen(worker, lambda: queue.claim("thief", queues=["crash"]), lease)
+        assert [j.id for j in stolen] == [job_id]
         wait_until(seen.exists, worker, log)
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=60) == 0, log.read_text()
