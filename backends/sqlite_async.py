@@ -29,6 +29,7 @@ from queuecore.backends.sqlite import (
 from sqlalchemy import URL
 from sqlalchemy.dialects.sqlite.aiosqlite import AsyncAdapt_aiosqlite_dbapi
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import AsyncAdaptedQueuePool
 
 from queuecore.asyncqueue import AsyncListener
 from queuecore.hotpath import HotPath
@@ -113,6 +114,9 @@ async def open_sqlite(
         url.set(drivername="sqlite+aiosqlite"),
         module=AsyncAdapt_aiosqlite_dbapi(aiosqlite, pick_driver(sqlite_driver)[1]),
         async_creator=connect,
+        # A pool of file connections on every SQLAlchemy we support: 2.1 pools them by
+        # default, 2.0.30 (the lowest) used NullPool, which refuses the pool options.
+        poolclass=AsyncAdaptedQueuePool,
         **pool,
     ).execution_options(queuecore_sqlite=True)
     begin_immediately(engine.sync_engine, busy_timeout, mode, patience)
