@@ -19,7 +19,6 @@ import pytest
 import sqlalchemy as sa
 from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.ui import WebDriverWait
 
 from queuecore.schema import jobs
@@ -100,8 +99,28 @@ def navigate(browser: Any, act: Any) -> None:
     old = browser.find_element(By.TAG_NAME, "html")
     act()
     wait = WebDriverWait(browser, 20)
-    wait.until(staleness_of(old))
+    wait.until(lambda _: left_the_document(old))
     wait.until(lambda b: b.execute_script("return document.readyState") == "complete")
+
+
+def detached(exc: WebDriverException) -> bool:
+    """Whether the error says the element is no longer in the page: chromium says so as
+    StaleElementReferenceException, or, right after a navigation, as "Node with given id
+    does not belong to the document"."""
+    return isinstance(exc, StaleElementReferenceException) or (
+        "does not belong to the document" in str(exc)
+    )
+
+
+def left_the_document(element: Any) -> bool:
+    """selenium's `staleness_of`, knowing both ways chromium says it."""
+    try:
+        element.is_enabled()
+    except WebDriverException as exc:
+        if detached(exc):
+            return True
+        raise
+    return False
 
 
 def click(browser: Any, element_id: str) -> None:
@@ -110,20 +129,17 @@ def click(browser: Any, element_id: str) -> None:
 
 def click_when_attached(browser: Any, element_id: str) -> None:
     """Click the element, found again if chromium replaced the document between finding
-    and clicking it (seen right after a navigation: "Node with given id does not belong
-    to the document")."""
+    and clicking it (seen right after a navigation)."""
     for _ in range(20):
         try:
             browser.find_element(By.ID, element_id).click()
             return
-        except (StaleElementReferenceException, WebDriverException) as exc:
-            if not isinstance(exc, StaleElementReferenceException) and (
-                "does not belong to the document" not in str(exc)
-            ):
+        except WebDriverException as exc:
+            if not detached(exc):
                 raise
-            detached = exc
+            last = exc
         time.sleep(0.05)
-    raise detached
+    raise last
 
 
 def confirm(browser: Any, expected_question: str) -> None:
