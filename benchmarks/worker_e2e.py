@@ -325,6 +325,12 @@ def targets(rows: list[Row], checks: list[Check]) -> None:
             ratio(worker, row.median(LOOP)),
             0.7,
         )
+        check(
+            checks,
+            f"{where}: async handler >= 0.8x sync handler",
+            ratio(row.median(WORKER_ASYNC), worker),
+            0.8,
+        )
         if row.backend == "sqlite":
             check(
                 checks,

@@ -1,17 +1,19 @@
 """The child side of a handler process that runs an event loop (ADR 0011): for a registry
 that holds `async def` handlers, the worker's fork server forks one such process, and
-all the worker's slots send it their jobs; it runs them concurrently as tasks of its
-loop (sync handlers of the same registry on its thread pool). `queuecore.loop_supervisor`
-is the worker's side.
+the worker sends it all its jobs; it runs up to `--concurrency` of them at once as tasks
+of its loop (sync handlers of the same registry on its thread pool), the others waiting
+here unbegun. `queuecore.loop_supervisor` is the worker's side.
 
-Messages (pickled tuples over the socket pair), each naming its job by the ticket the
-worker gave it (the same job may be held twice, by an old lease and a new one): to this
-process ("job", ticket, Job) and ("lost", ticket); from it ("started", ticket) when the
-handler's task begins, so a crash charges only the jobs that had begun (W7), then
-("returned", ticket, result) | ("raised", ticket, error, retry_in, permanent) |
-("completing", ticket) then ("completed", ticket, done) or ("raised", ...). A job
-whose handler returns an effect is completed here, on this process's `AsyncQueue`, as
-in a sync handler process (an effect is a closure, and cannot be sent; R10).
+Messages are pickled over the socket pair, each naming its job by the ticket the worker
+gave it (the same job may be held twice, by an old lease and a new one). To this
+process: ("slots", n) once, ("jobs", [(ticket, Job), ...]), ("lost", ticket) and
+("stop",). From it, lists of: ("started", [ticket, ...]) before those handlers run, so
+a crash charges only the jobs that had begun (W7); then ("returned", ticket, result,
+seconds) | ("raised", ticket, error, retry_in, permanent, seconds) | ("completing",
+ticket) then ("completed", ticket, done, seconds) or ("raised", ...); and, on a stop,
+("unstarted", [ticket, ...]). A job whose handler returns an effect is completed here, on
+this process's `AsyncQueue`, as in a sync handler process (an effect is a closure, and
+cannot be sent; R10).
 
 The loop reads the worker's messages itself (`add_reader`: no thread between), and the
 worker's socket closing (its end, even by SIGKILL) ends this process as soon as the loop
@@ -22,9 +24,10 @@ SIGTERM and SIGINT are ignored, as by every handler process (W4).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import socket
+import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
@@ -71,6 +74,9 @@ def fork_loop_process(server: Connection, handlers: Mapping[str, Handler], confi
 
 
 class LoopServing:
+    """The loop: up to `slots` handlers at once (the worker says how many), the jobs sent
+    beyond those waiting here, unbegun, in the order they came."""
+
     def __init__(self, conn: Connection, handlers: Mapping[str, Handler], config: Any) -> None:
         self.conn = conn
         self.handlers = handlers
@@ -79,14 +85,14 @@ class LoopServing:
         self.queue: AsyncQueue | None = None
         self.loop = asyncio.new_event_loop()
         self.pool = ThreadPoolExecutor(SYNC_HANDLER_THREADS, thread_name_prefix="queuecore-sync")
+        self.slots = 1
+        self.waiting: deque[tuple[int, AsyncLease]] = deque()
         self.running: dict[int, AsyncLease] = {}
         self.tasks: set[asyncio.Task[None]] = set()
+        self.outbox: list[tuple[Any, ...]] = []  # to the worker, several to a message
 
     def run(self) -> None:
-        with contextlib.suppress(Exception):  # unreachable now: connect() tries again
-            # before "ready": no lease waits for it
-            self.queue = self.loop.run_until_complete(self.open_queue())
-        self.conn.send(("ready",))
+        self.conn.send(("ready",))  # its queue is opened for the first effect, not before
         self.loop.add_reader(self.conn.fileno(), self.read)
         self.loop.run_forever()  # until the worker's socket closes: read() ends the process
 
@@ -101,42 +107,82 @@ class LoopServing:
             os._exit(0)
 
     def take(self, message: tuple[Any, ...]) -> None:
-        if message[0] == "job":
-            task = self.loop.create_task(self.serve(message[1], message[2]))
-            self.tasks.add(task)  # held until done: the loop keeps only weak references
-            task.add_done_callback(self.tasks.discard)
-        elif message[0] == "lost":
+        what = message[0]
+        if what == "jobs":
+            self.waiting.extend((ticket, AsyncLease(job)) for ticket, job in message[1])
+            self.begin()
+        elif what == "lost":
             lease = self.running.get(message[1])
+            for ticket, waiting in self.waiting:
+                if ticket == message[1]:
+                    lease = waiting
             if lease is not None:
                 lease.mark_lost()
+        elif what == "stop":  # give back what has not begun (W4)
+            self.outbox.append(("unstarted", [ticket for ticket, _ in self.waiting]))
+            self.waiting.clear()
+            self.flush()
+        else:  # ("slots", n), right after "ready"
+            self.slots = message[1]
 
-    async def serve(self, ticket: int, job: Job) -> None:
-        lease = self.running[ticket] = AsyncLease(job)
+    def begin(self) -> None:
+        """Start waiting jobs while a slot is free. The worker hears that they began
+        before any of them runs: a handler that kills this process at once is then
+        charged with it, and a job not begun is not (W7)."""
+        begun: list[int] = []
+        while self.waiting and len(self.running) < self.slots:
+            ticket, lease = self.waiting.popleft()
+            self.running[ticket] = lease
+            begun.append(ticket)
+        if not begun:
+            return
+        self.outbox.append(("started", begun))
+        self.flush()
+        for ticket in begun:
+            task = self.loop.create_task(self.serve(ticket, self.running[ticket]))
+            self.tasks.add(task)  # held until done: the loop keeps only weak references
+            task.add_done_callback(self.tasks.discard)
+
+    def tell(self, message: tuple[Any, ...]) -> None:
+        """To the worker with the next flush: the outcomes of one pass of the loop share
+        a message."""
+        if not self.outbox:
+            self.loop.call_soon(self.flush)
+        self.outbox.append(message)
+
+    def flush(self) -> None:
+        if self.outbox:
+            messages, self.outbox = self.outbox, []
+            self.conn.send(messages)
+
+    async def serve(self, ticket: int, lease: AsyncLease) -> None:
+        started = time.monotonic()
         try:
-            self.conn.send(("started", ticket))
             outcome = await async_outcome_of(
                 self.handlers, lease, self.pool, max_result_bytes=self.max_result_bytes
             )
             if isinstance(outcome, Raised):
-                self.send_raised(ticket, outcome)
+                self.tell(raised(ticket, outcome, started))
             elif outcome.effect is None:  # the result (a JSON value) travels back
-                self.conn.send(("returned", ticket, outcome.result))
+                self.tell(("returned", ticket, outcome.result, time.monotonic() - started))
             else:
-                await self.complete(ticket, job, outcome)
+                await self.complete(ticket, lease.job, outcome, started)
         finally:
             del self.running[ticket]
+            self.begin()
 
-    async def complete(self, ticket: int, job: Job, outcome: Returned) -> None:
+    async def complete(self, ticket: int, job: Job, outcome: Returned, started: float) -> None:
         """Commit the effect with the completion here: a closure cannot be sent (R10)."""
-        self.conn.send(("completing", ticket))
+        self.outbox.append(("completing", ticket))
+        self.flush()  # before the commit: a crash during it is the effect's, not the handler's
         effect, result = outcome.effect, outcome.result
         try:
             queue = await self.connect()
             done = await until_reachable(lambda: queue.complete(job, effect=effect, result=result))
         except Exception as exc:  # the effect raised (rolled back), or the database did
-            self.send_raised(ticket, Raised.from_exception(exc))
+            self.tell(raised(ticket, Raised.from_exception(exc), started))
         else:
-            self.conn.send(("completed", ticket, done))
+            self.tell(("completed", ticket, done, time.monotonic() - started))
 
     async def open_queue(self) -> AsyncQueue:
         from queuecore import connect_async
@@ -144,9 +190,10 @@ class LoopServing:
         return await connect_async(self.config["dsn"], **self.config["connect_options"])
 
     async def connect(self) -> AsyncQueue:
-        """This process's queue, for the completions with effects: opened at start when
-        the database can be reached, else retried until it can (an outage is never the
-        job's failure)."""
+        """This process's queue, for the completions with effects: opened for the first
+        one (a registry whose handlers return none never needs it, and a process that
+        starts quickly has its slots' jobs claimed sooner), and retried until the
+        database can be reached (an outage is never the job's failure)."""
         said = False
         while self.queue is None:
             try:
@@ -158,8 +205,10 @@ class LoopServing:
                 await asyncio.sleep(1.0)
         return self.queue
 
-    def send_raised(self, ticket: int, raised: Raised) -> None:
-        self.conn.send(("raised", ticket, raised.error, raised.retry_in, raised.permanent))
+
+def raised(ticket: int, outcome: Raised, started: float) -> tuple[Any, ...]:
+    seconds = time.monotonic() - started
+    return ("raised", ticket, outcome.error, outcome.retry_in, outcome.permanent, seconds)
 
 
 async def until_reachable(report: Callable[[], Awaitable[T]]) -> T:

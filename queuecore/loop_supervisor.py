@@ -1,14 +1,17 @@
 """The worker's side of an event-loop handler process (ADR 0011; the child's side is
-`queuecore.loop_process`): every slot of a worker whose registry holds `async def`
-handlers sends its job to the one process whose loop runs them all concurrently.
+`queuecore.loop_process`): a worker whose registry holds `async def` handlers sends all
+its jobs to one process whose loop runs up to `--concurrency` of them at once.
 
-Each slot thread still runs one job at a time and reports it (claims, leases, the ack
-window and W4 are the supervising worker's, as in ADR 0008); the slots share this one
-`Runner`. A reader thread takes the child's messages to the slots waiting for them. The
-child's socket closing is its death, seen at once: every job whose handler had begun in
-it is failed then with an error naming the exit (W7: they were all running in the
-process that died); a job sent but not yet begun was not running there, and is sent to
-the next process instead, its attempt uncharged.
+One thread, the feeder, keeps that process a few jobs ahead of its free tasks, several
+to a message, so that a task that ends finds its next job there instead of waiting for
+a round trip through the worker (the sync slots' handler processes do the same, ADR
+0008). A reader thread takes the child's messages, hands each outcome to a reporting
+thread and tells the child of a lost lease. The child's socket closing is its death,
+seen at once: every job whose handler had begun in it is failed then with an error
+naming the exit (W7: they were all running in the process that died); a job sent but
+not yet begun was not running there, and goes back to the holdings for the next
+process, its attempt uncharged. On a stop (W4) the child gives back the jobs it has not
+begun, and they are released.
 """
 
 from __future__ import annotations
@@ -18,27 +21,40 @@ import itertools
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from typing import Any
 
 from queuecore.handling import Completed, Crashed, Lease, Outcome, Raised, Returned
 from queuecore.holdings import Holdings
 from queuecore.observer import WorkerObserver
-from queuecore.process_slot import WATCH_SLICE
+from queuecore.process_slot import WATCH_SLICE, jobs_ahead
 from queuecore.reporter import Reporter
-from queuecore.supervisor import ForkServer, HandlerProcessError, exit_text
+from queuecore.supervisor import ForkServer, exit_text
+from queuecore.worklog import log
 
 
-@dataclass(eq=False)
-class Pending:
+@dataclass(eq=False, slots=True)
+class Sent:
     """A job sent to the loop process, until its outcome (or the process's end) is known."""
 
     lease: Lease
     conn: Connection
-    begun: bool = False
+    begun: float | None = None  # time.monotonic() when the child said its handler began
+    told_lost: bool = False
     doing: str = "the handler"
-    outcome: Outcome | None = None
-    ended: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(slots=True)
+class Roles:
+    """What the feeder and the reader work for: the worker's, given to `serve`."""
+
+    holdings: Holdings
+    reporter: Reporter
+    observer: WorkerObserver
+    reports: ThreadPoolExecutor
 
 
 class LoopProcess:
@@ -46,108 +62,118 @@ class LoopProcess:
 
     def __init__(self, server: ForkServer, *, slots: int) -> None:
         self.server = server
-        self._lock = threading.Lock()  # the process (conn, pid) and the pending jobs
+        self.slots = slots
+        self._lock = threading.Lock()  # the process (conn, pid) and the jobs out
+        self._room = threading.Condition(self._lock)  # a job came back, or the process died
         self._send = threading.Lock()  # one message at a time on the socket
         self._conn: Connection | None = None
         self._pid: int | None = None
-        self._pending: dict[int, Pending] = {}
+        self._out: dict[int, Sent] = {}  # by ticket: the same job may be out twice
         self._tickets = itertools.count()
-        self._slots_open = slots
         self._reader: threading.Thread | None = None
+        self._roles: Roles | None = None
 
     @property
     def started(self) -> bool:
         return self._conn is not None
 
-    def start(self) -> None:
-        """Fork the loop process unless it runs; the first slot to ask forks it, the
-        others find it up (after a crash, every slot asks)."""
-        with self._lock:
-            if self._conn is not None:
-                return
-            pid, conn, running = self.server.fork()
-            running.close()  # a handler process's word: the loop process reports by message
-            try:
-                ready = conn.recv()
-            except (EOFError, OSError):
-                ready = None
-            if ready != ("ready",):
-                conn.close()
-                code = self.server.wait(pid)
-                raise HandlerProcessError(
-                    f"a handler process (pid {pid}) {exit_text(code)} at start"
-                )
-            self._pid, self._conn = pid, conn
-            self._reader = threading.Thread(
-                target=self._read, args=(pid, conn), name="queuecore-from-loop", daemon=True
-            )
-            self._reader.start()
-
     def serve(self, holdings: Holdings, reporter: Reporter, observer: WorkerObserver) -> None:
-        """One slot: a job at a time, until stopping. While the loop process is not up
-        (at first, or after it died) the slot starts it before taking its next job, and
-        counts as starting meanwhile, so that no job is claimed for it (the worker counted
-        it before the slot's first start)."""
+        """The feeder, until stopping. While the loop process is not up (at first, or after
+        it died) it is started before more jobs are sent, and its slots count as starting
+        meanwhile, so that no job is claimed for them (the worker counted them before the
+        first start)."""
+        reports = ThreadPoolExecutor(self.slots, thread_name_prefix="queuecore-report")
+        self._roles = Roles(holdings, reporter, observer, reports)
         pending = not self.started  # counted as starting by the worker, not yet started
         try:
             while True:
                 if not self.started:
                     if not pending:
-                        holdings.starting(1)
+                        holdings.starting(self.slots)
                         pending = True
                     try:
-                        self.start()
+                        self._start()
                     finally:
-                        holdings.starting(-1)
+                        holdings.starting(-self.slots)
                         pending = False
-                lease = holdings.next_waiting()
-                if lease is None:
-                    return
-                started = time.monotonic()
-                observer.handler_started(lease.job)
-                try:
-                    outcome = self.run(lease)
-                except BaseException:
-                    holdings.let_go(lease)
-                    raise
-                finally:
-                    seconds = time.monotonic() - started
-                    observer.handler_ended(lease.job, seconds)
-                    holdings.ran(seconds)
-                reporter.report(lease, outcome, started)
+                if not self._feed(holdings):
+                    break
+            self._finish()
         finally:
             if pending:
-                holdings.starting(-1)
-            self.close()
+                holdings.starting(-self.slots)
+            self._close()
+            reports.shutdown(wait=True)  # every outcome reported before the worker's exit
 
-    def run(self, lease: Lease) -> Outcome:
-        while True:
-            self.start()
-            sent = self._register(lease)
-            if sent is None:  # it died since start(): start another
-                continue
-            pending, ticket = sent
-            self._tell(pending.conn, ("job", ticket, lease.job))
-            told_lost = False
-            while not pending.ended.wait(WATCH_SLICE):
-                if lease.lost.is_set() and not told_lost:
-                    self._tell(pending.conn, ("lost", ticket))
-                    told_lost = True
-            if pending.outcome is not None:
-                return pending.outcome
-            if pending.begun:  # the process died while its handler ran
-                return Crashed(pending.doing)  # _read wrote the exit into `doing`
-            # Sent, never begun: another job's crash took the process; not this job's.
-
-    def close(self) -> None:
-        """Called by each slot as it ends; the last one stops the process (it exits when
-        its socket closes) and waits for the reader thread to reap it."""
+    def _start(self) -> None:
+        pid, conn, running = self.server.fork_running()
+        running.close()  # a handler process's word: the loop process reports by message
+        self._tell(conn, ("slots", self.slots))
         with self._lock:
-            self._slots_open -= 1
-            if self._slots_open > 0 or self._conn is None:
+            self._pid, self._conn = pid, conn
+        self._reader = threading.Thread(
+            target=self._read, args=(pid, conn), name="queuecore-from-loop", daemon=True
+        )
+        self._reader.start()
+
+    def _wants_more(self, holdings: Holdings) -> bool:
+        """Whether to send more jobs now: once fewer than half the jobs kept ahead of its
+        tasks wait in the process (a free task always among them), so that several go
+        in one message."""
+        ahead = jobs_ahead(holdings.handler_seconds)
+        return len(self._out) - self.slots < max(1, ahead // 2)
+
+    def _feed(self, holdings: Holdings) -> bool:
+        """Send the claimed jobs while the process runs and has room for them: False
+        once stopping, True when the process died (the caller starts another)."""
+        while True:
+            with self._lock:
+                while (
+                    self._conn is not None
+                    and not self._wants_more(holdings)
+                    and not holdings.stopping.is_set()
+                ):
+                    self._room.wait(WATCH_SLICE)
+                conn = self._conn
+                room = self.slots + jobs_ahead(holdings.handler_seconds) - len(self._out)
+            if conn is None:
+                return True
+            lease = holdings.next_waiting()
+            if lease is None:
+                return False
+            leases = [lease, *holdings.more_waiting(room - 1)]
+            with self._lock:
+                if self._conn is not conn:  # it died meanwhile: they were never sent
+                    self._give_back(leases)
+                    return True
+                jobs = []
+                for lease in leases:
+                    ticket = next(self._tickets)
+                    self._out[ticket] = Sent(lease, conn)
+                    jobs.append((ticket, lease.job))
+            # Out before sent: if the child died meanwhile, its reader finds them out
+            # and gives them back with the rest.
+            self._tell(conn, ("jobs", jobs))
+
+    def _finish(self) -> None:
+        """Stopping: the child gives back the jobs it has not begun; wait for the rest."""
+        with self._lock:
+            conn = self._conn
+            if conn is None or not self._out:
                 return
+        self._tell(conn, ("stop",))
+        with self._lock:
+            while self._conn is conn and self._out:
+                self._room.wait(WATCH_SLICE)
+
+    def _close(self) -> None:
+        """Stop the process (it exits when its socket closes) and wait for the reader
+        thread to reap it."""
+        with self._lock:
             conn, reader = self._conn, self._reader
-        # shutdown, not close: it wakes the reader blocked in recv() and tells the child
+        if conn is None:
+            return
+        # shutdown, not close: it wakes the reader blocked in poll() and tells the child
         sock = socket.socket(fileno=conn.fileno())
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)
@@ -155,60 +181,113 @@ class LoopProcess:
         if reader is not None:
             reader.join()
 
-    def _register(self, lease: Lease) -> tuple[Pending, int] | None:
-        with self._lock:
-            if self._conn is None:
-                return None
-            ticket = next(self._tickets)
-            pending = self._pending[ticket] = Pending(lease, self._conn)
-            return pending, ticket
-
     def _tell(self, conn: Connection, message: tuple[object, ...]) -> None:
-        """Send to the process; a dead one's reader thread ends the waiting jobs."""
+        """Send to the process; a dead one's reader thread ends the jobs out."""
         with self._send, contextlib.suppress(OSError):
             conn.send(message)
 
+    def _give_back(self, leases: list[Lease]) -> None:
+        """Jobs the process never began: to the next process, or released once stopping."""
+        assert self._roles is not None
+        if leases and not self._roles.holdings.hand_back(leases):
+            for lease in leases:
+                self._report(self._roles.reporter.release, lease)
+
+    def _report(self, report: Callable[..., None], *args: Any) -> None:
+        """On a reporting thread, so a report waiting out an outage holds up neither the
+        child's other messages nor its death; one that fails (a bug: outcomes are
+        reported until the database takes them) stops the worker, as a failed slot does."""
+        assert self._roles is not None
+        holdings = self._roles.holdings
+
+        def failed(future: Future[None]) -> None:
+            if future.exception() is not None:
+                log.error("a report failed (%r): stopping the worker", future.exception())
+                holdings.stopping.set()
+                holdings.wake.set()
+
+        self._roles.reports.submit(report, *args).add_done_callback(failed)
+
     def _read(self, pid: int, conn: Connection) -> None:
-        """The child's messages to the slots waiting for them, until it dies; then the
-        jobs that had begun in it are crashed, and the rest sent again."""
+        """The child's messages, until it dies; then the jobs that had begun in it are
+        crashed, and the rest given back."""
         try:
             while True:
-                message = conn.recv()
-                with self._lock:
-                    pending = self._pending.get(message[1])
-                if pending is None:
-                    continue
-                kind = message[0]
-                if kind == "started":
-                    pending.begun = True
-                    continue
-                if kind == "completing":  # a heartbeat finding it done is no loss
-                    pending.lease.reporting = True
-                    pending.doing = "the handler's effect (the completion did not commit)"
-                    continue
-                if kind == "returned":
-                    pending.outcome = Returned(result=message[2])
-                elif kind == "raised":
-                    pending.outcome = Raised(*message[2:])
-                else:  # "completed"
-                    pending.outcome = Completed(message[2])
-                self._end(message[1])
+                if conn.poll(WATCH_SLICE):
+                    for message in conn.recv():
+                        self._take(message)
+                self._tell_lost(conn)
         except (EOFError, OSError):
             pass
         with self._lock:
             if self._conn is conn:
                 self._pid = self._conn = None
-            orphans = [t for t, p in self._pending.items() if p.conn is conn]
+            orphans = [t for t, sent in self._out.items() if sent.conn is conn]
+            ended = [self._out.pop(t) for t in orphans]
+            self._room.notify_all()
         conn.close()
         code = self.server.wait(pid)
-        for ticket in orphans:
-            pending = self._pending[ticket]
-            pending.doing = (
-                f"its handler process (pid {pid}) {exit_text(code)} while running {pending.doing}"
+        assert self._roles is not None
+        roles = self._roles
+        self._give_back([sent.lease for sent in ended if sent.begun is None])
+        for sent in ended:
+            if sent.begun is None:
+                continue
+            roles.observer.handler_ended(sent.lease.job, time.monotonic() - sent.begun)
+            crashed = Crashed(
+                f"its handler process (pid {pid}) {exit_text(code)} while running {sent.doing}"
             )
-            self._end(ticket)
+            self._report(roles.reporter.report, sent.lease, crashed, sent.begun)
 
-    def _end(self, ticket: int) -> None:
+    def _take(self, message: tuple[Any, ...]) -> None:
+        assert self._roles is not None
+        roles = self._roles
+        kind = message[0]
+        if kind == "started":
+            now = time.monotonic()
+            with self._lock:
+                begun = [self._out[t] for t in message[1] if t in self._out]
+            for sent in begun:
+                sent.begun = now
+                roles.observer.handler_started(sent.lease.job)
+            return
+        if kind == "unstarted":  # on ("stop",): the jobs it had not begun
+            with self._lock:
+                given = [self._out.pop(t) for t in message[1] if t in self._out]
+                self._room.notify_all()
+            for sent in given:
+                self._report(roles.reporter.release, sent.lease)
+            return
+        if kind == "completing":  # a heartbeat finding it done is no loss
+            with self._lock:
+                sent = self._out[message[1]]
+            sent.lease.reporting = True
+            sent.doing = "the handler's effect (the completion did not commit)"
+            return
         with self._lock:
-            pending = self._pending.pop(ticket)
-        pending.ended.set()
+            sent = self._out.pop(message[1])
+            self._room.notify()
+        seconds = message[-1]
+        roles.holdings.ran(seconds)
+        roles.observer.handler_ended(sent.lease.job, seconds)
+        outcome: Outcome
+        if kind == "returned":
+            outcome = Returned(result=message[2])
+        elif kind == "raised":
+            outcome = Raised(*message[2:5])
+        else:  # "completed"
+            outcome = Completed(message[2])
+        since = sent.begun if sent.begun is not None else time.monotonic() - seconds
+        if roles.reporter.waits_for_nothing(outcome):
+            roles.reporter.report(sent.lease, outcome, since)
+        else:
+            self._report(roles.reporter.report, sent.lease, outcome, since)
+
+    def _tell_lost(self, conn: Connection) -> None:
+        with self._lock:
+            lost = [
+                (t, s) for t, s in self._out.items() if s.lease.lost.is_set() and not s.told_lost
+            ]
+        for ticket, sent in lost:
+            sent.told_lost = True
+            self._tell(conn, ("lost", ticket))

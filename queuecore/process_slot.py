@@ -84,6 +84,8 @@ class Child:
 class HandlerProcess:
     """One slot's handler process, forked again after it died."""
 
+    slots = 1
+
     def __init__(self, server: ForkServer) -> None:
         self.server = server
         self._child: Child | None = None
@@ -94,16 +96,7 @@ class HandlerProcess:
 
     def start(self) -> None:
         """Fork a handler process and wait until it runs, so no claimed job waits for that."""
-        pid, conn, running = self.server.fork()
-        try:
-            ready = conn.recv()
-        except (EOFError, OSError):
-            ready = None
-        if ready != ("ready",):
-            conn.close()
-            running.close()
-            code = self.server.wait(pid)
-            raise HandlerProcessError(f"a handler process (pid {pid}) {exit_text(code)} at start")
+        pid, conn, running = self.server.fork_running()
         self._child = Child(pid, conn, running, itertools.count(1))
 
     def serve(self, holdings: Holdings, reporter: Reporter, observer: WorkerObserver) -> None:

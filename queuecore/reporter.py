@@ -90,6 +90,11 @@ class Reporter:
             if not windowed:
                 self.holdings.let_go(lease)
 
+    def waits_for_nothing(self, outcome: Outcome) -> bool:
+        """Whether `report(…, outcome, …)` only hands the completion to the ack window,
+        so a thread that must not wait on the database may call it."""
+        return self.acks is not None and isinstance(outcome, Returned)
+
     def release(self, lease: Lease) -> None:
         """Give back a job claimed but never started, its attempt uncounted (R14)."""
         try:

@@ -29,6 +29,11 @@ class Runner(Protocol):
         """Whether it can run a job now (a handler process must start first)."""
         ...
 
+    @property
+    def slots(self) -> int:
+        """How many of the worker's slots it is: jobs it runs at once."""
+        ...
+
     def serve(self, holdings: Holdings, reporter: Reporter, observer: WorkerObserver) -> None: ...
 
 
@@ -37,6 +42,7 @@ class InThread:
     nothing to start; what a `queuecore.Worker` does unless given handler processes."""
 
     started = True
+    slots = 1
 
     def __init__(self, handlers: Mapping[str, Handler], max_result_bytes: int) -> None:
         self.handlers = handlers

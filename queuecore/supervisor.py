@@ -150,6 +150,21 @@ class ForkServer:
         finally:
             os.close(fd)
 
+    def fork_running(self) -> tuple[int, Connection, mmap.mmap]:
+        """`fork()`, then wait until the process says it runs, so no claimed job waits
+        for its start; one that dies first is a `HandlerProcessError` naming its exit."""
+        pid, conn, running = self.fork()
+        try:
+            ready = conn.recv()
+        except (EOFError, OSError):
+            ready = None
+        if ready != ("ready",):
+            conn.close()
+            running.close()
+            code = self.wait(pid)
+            raise HandlerProcessError(f"a handler process (pid {pid}) {exit_text(code)} at start")
+        return pid, conn, running
+
     def wait(self, pid: int) -> int:
         """How handler process `pid` ended, once its socket closed: its exit code, or minus
         the number of the signal that killed it."""

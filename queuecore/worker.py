@@ -210,8 +210,8 @@ class Worker:
 
     def _serve(self) -> None:
         self._reporter.start()
-        runners = [self._runner() for _ in range(self.concurrency)]
-        self._holdings.starting(sum(not runner.started for runner in runners))
+        runners = self._runners()
+        self._holdings.starting(sum(runner.slots for runner in runners if not runner.started))
         slots = [
             threading.Thread(target=self._slot, args=(runner,), name=f"queuecore-slot-{i}")
             for i, runner in enumerate(runners)
@@ -280,12 +280,13 @@ class Worker:
             return " as tasks of one handler process's event loop"
         return " in handler processes" if self.handler_processes else ""
 
-    def _runner(self) -> Runner:
-        if self._fork_server is None:
-            return InThread(self.handlers, self.max_result_bytes)
+    def _runners(self) -> list[Runner]:
+        """One per slot, but one for them all when the handlers run on an event loop."""
         if self._loop_process is not None:
-            return self._loop_process  # shared: every slot's jobs run on its loop
-        return HandlerProcess(self._fork_server)
+            return [self._loop_process]
+        if self._fork_server is None:
+            return [InThread(self.handlers, self.max_result_bytes) for _ in range(self.concurrency)]
+        return [HandlerProcess(self._fork_server) for _ in range(self.concurrency)]
 
     def _slot(self, runner: Runner) -> None:
         """A slot whose runner failed (a handler process that cannot start) stops the
