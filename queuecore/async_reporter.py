@@ -23,8 +23,15 @@ from queuecore.handling import Raised, Returned
 from queuecore.job import Completions
 from queuecore.observer import WorkerObserver, why_refused_async
 from queuecore.reconnect import connection_lost
-from queuecore.reporter import FIRST_PAUSE, log_completion, log_failure
-from queuecore.worklog import describe, first_line, label, log
+from queuecore.reporter import (
+    FIRST_PAUSE,
+    log_completion,
+    log_failure,
+    say_failure_unreported,
+    say_not_committed,
+    say_unreachable,
+)
+from queuecore.worklog import describe, label, log
 
 if TYPE_CHECKING:
     from queuecore import AsyncQueue
@@ -124,10 +131,7 @@ class AsyncReporter:
             )
         except Exception as exc:  # the effect raised (rolled back), or the database did
             if connection_lost(exc):  # given up on a second stop signal
-                log.warning(
-                    "%s finished, but the database is out of reach: its lease will hand it on",
-                    label(lease),
-                )
+                say_unreachable(lease)
                 return
             await self._fail(lease, Raised.from_exception(exc), started)
             return
@@ -144,12 +148,7 @@ class AsyncReporter:
                 )
             )
         except Exception as exc:
-            log.error(
-                "%s failed (%s), and reporting it failed too (%s); its lease will hand it on",
-                label(lease),
-                first_line(text),
-                describe(exc),
-            )
+            say_failure_unreported(lease, text, exc)
             return
         refused = await why_refused_async(self.queue, lease.job) if outcome is None else None
         log_failure(self.observer, lease, outcome, text, started, refused)
@@ -209,12 +208,7 @@ class AsyncReporter:
             assert isinstance(lease, AsyncLease)
             try:
                 if isinstance(outcome, Exception):
-                    log.error(
-                        "%s finished, but its completion did not commit (%s); its lease "
-                        "will hand it on",
-                        label(lease),
-                        describe(outcome),
-                    )
+                    say_not_committed(lease, outcome)
                 elif index in outcome.errors:
                     await self._fail(
                         lease, Raised.from_exception(outcome.errors[index]), ack.started

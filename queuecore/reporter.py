@@ -134,10 +134,7 @@ class Reporter:
             )
         except Exception as exc:  # the effect raised (rolled back), or the database did
             if connection_lost(exc):  # given up on a second stop signal
-                log.warning(
-                    "%s finished, but the database is out of reach: its lease will hand it on",
-                    label(lease),
-                )
+                say_unreachable(lease)
                 return False
             self._fail(lease, Raised.from_exception(exc), started)
             return False
@@ -152,12 +149,7 @@ class Reporter:
         for index, ack in enumerate(batch):
             try:
                 if isinstance(outcome, Exception):
-                    log.error(
-                        "%s finished, but its completion did not commit (%s); its lease "
-                        "will hand it on",
-                        label(ack.lease),
-                        describe(outcome),
-                    )
+                    say_not_committed(ack.lease, outcome)
                 elif index in outcome.errors:
                     self._fail(ack.lease, Raised.from_exception(outcome.errors[index]), ack.started)
                 else:
@@ -179,18 +171,38 @@ class Reporter:
                 )
             )
         except Exception as exc:
-            log.error(
-                "%s failed (%s), and reporting it failed too (%s); its lease will hand it on",
-                label(lease),
-                first_line(text),
-                describe(exc),
-            )
+            say_failure_unreported(lease, text, exc)
             return
         refused = why_refused(self.queue, lease.job) if outcome is None else None
         log_failure(self.observer, lease, outcome, text, started, refused)
 
 
 # --- what every worker says of a report (the sync one's threads, the async one's tasks)
+
+
+def say_unreachable(lease: Lease) -> None:
+    """A completion given up on a second stop signal, the database out of reach."""
+    log.warning(
+        "%s finished, but the database is out of reach: its lease will hand it on", label(lease)
+    )
+
+
+def say_not_committed(lease: Lease, error: Exception) -> None:
+    """An ack window's batch that never committed: the job runs again."""
+    log.error(
+        "%s finished, but its completion did not commit (%s); its lease will hand it on",
+        label(lease),
+        describe(error),
+    )
+
+
+def say_failure_unreported(lease: Lease, text: str, error: Exception) -> None:
+    log.error(
+        "%s failed (%s), and reporting it failed too (%s); its lease will hand it on",
+        label(lease),
+        first_line(text),
+        describe(error),
+    )
 
 
 def log_completion(
