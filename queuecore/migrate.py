@@ -34,7 +34,10 @@ def include_object(
     return table is None or table.name in metadata.tables
 
 
-def _config(engine: Engine | None = None) -> Config:
+def alembic_config(engine: Engine | None = None) -> Config:
+    """Alembic's view of queuecore's migrations, run on `engine` (the engine is handed to
+    migrations/env.py, so no URL is written down); public for tests that step through
+    revisions one at a time."""
     cfg = Config()
     cfg.set_main_option("script_location", str(resources.files("queuecore.migrations")))
     cfg.attributes["engine"] = engine
@@ -42,7 +45,7 @@ def _config(engine: Engine | None = None) -> Config:
 
 
 def head_revision() -> str:
-    head = ScriptDirectory.from_config(_config()).get_current_head()
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
     assert head is not None, "queuecore ships at least one migration"
     return head
 
@@ -78,7 +81,7 @@ def migrate(bind: str | URL | Engine, **options: Any) -> str:
         engine, owned = backend.create_engine(url, **shaping), True
     try:
         _refuse_newer(engine)
-        command.upgrade(_config(engine), "head")
+        command.upgrade(alembic_config(engine), "head")
         return head_revision()
     finally:
         if owned:
@@ -91,7 +94,7 @@ def ensure_schema(engine: Engine, *, migrate: bool) -> None:
     if current == head_revision():
         return
     if migrate:
-        command.upgrade(_config(engine), "head")
+        command.upgrade(alembic_config(engine), "head")
         return
     dsn = engine.url.render_as_string(hide_password=True)
     state = "has no queuecore schema" if current is None else f"is at revision {current}"
@@ -105,7 +108,7 @@ def _refuse_newer(engine: Engine) -> str | None:
     current = current_revision(engine)
     if current is None:
         return None
-    script = ScriptDirectory.from_config(_config())
+    script = ScriptDirectory.from_config(alembic_config())
     known = {rev.revision for rev in script.walk_revisions()}
     if current not in known:
         raise SchemaTooNewError(

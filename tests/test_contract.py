@@ -22,7 +22,8 @@ def contract_rules() -> list[str]:
 def rules_named_by_tests() -> dict[str, list[str]]:
     """Rule id -> the test files that name it, in the contract's spelling (R09, W4)."""
     named: dict[str, list[str]] = {}
-    for path in sorted((REPO / "tests").rglob("test_*.py")):
+    suites = [REPO / "tests", REPO / "queuecore" / "conformance"]  # the kit's suite too
+    for path in sorted(p for suite in suites for p in suite.rglob("test_*.py")):
         for letter, number in TEST_NAME.findall(path.read_text(encoding="utf-8")):
             width = 2 if letter == "r" else 1
             rule = f"{letter.upper()}{int(number):0{width}d}"

@@ -8,7 +8,12 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from tests.pg_server import ENV_DSN, PrivateCluster, find_or_start_postgres, reachable
+from queuecore.conformance.postgresql_server import (
+    ENV_DSN,
+    PrivateCluster,
+    find_or_start_postgres,
+    reachable,
+)
 
 
 def _rows(dsn: str) -> list[int]:

@@ -1,27 +1,27 @@
-"""The one parametrized fixture: every conformance test runs on every backend, and every
-test that opens a queue runs through both faces: the sync `Queue` and the `AsyncQueue`
-(driven through a blocking portal, `portal.py`), four configurations in all.
+"""The kit's fixtures, registered by `queuecore.conformance.plugin` for the backends a
+run names: every conformance test runs on every one of them (`backend`), and every test
+that opens a queue runs through both faces, the sync `Queue` and the `AsyncQueue`
+(driven through a blocking portal, `portal.py`).
 
-Each test gets an empty, migrated database, a fake clock it moves by hand (R20) and a
-random source pinned to 1.0 (R21), so a backoff delay equals its ceiling.
+Each test gets an empty, migrated database from its backend's harness, a fake clock it
+moves by hand (R20) and a random source pinned to 1.0 (R21), so a backoff delay equals
+its ceiling.
 """
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import sqlalchemy as sa
-from queuecore.backends.sqlite import pick_driver
 
 import queuecore
-from queuecore.schema import jobs
-from tests.conformance.portal import BlockingQueue, Portal
+from queuecore.conformance.harness import Harness
+from queuecore.conformance.plugin import HARNESSES, Harnesses
+from queuecore.conformance.portal import BlockingQueue, Portal
 
-BACKENDS = ("sqlite", "postgresql")
 APIS = ("sync", "async")
 START = 1_700_000_000.0
 
@@ -40,30 +40,32 @@ class FakeClock:
 
 
 @pytest.fixture(scope="session")
-def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One migrated SQLite file, copied for each test (cheaper than migrating each time)."""
-    path = tmp_path_factory.mktemp("template") / "jobs.db"
-    queuecore.migrate(f"sqlite:///{path}")
-    return path
+def harnesses(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Harnesses]:
+    """The run's harnesses, each started when a test first needs it."""
+    running = request.config.stash[HARNESSES]
+    running.open(lambda name: tmp_path_factory.mktemp(name))
+    yield running
+    running.stop()
 
 
-@pytest.fixture(scope="session")
-def postgres_database(scratch_databases: Any) -> str:
-    """One migrated database for the session; each test starts from an emptied table."""
-    dsn = scratch_databases.create()
-    queuecore.migrate(dsn)
-    return dsn
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest) -> str:
-    return request.param
+@pytest.fixture
+def harness(backend: str, harnesses: Harnesses, request: pytest.FixtureRequest) -> Harness:
+    """The test's backend, started; a test marked `requires(capability)` is skipped for a
+    harness that does not declare it."""
+    started = harnesses.started(backend)
+    for marker in request.node.iter_markers("requires"):
+        for capability in marker.args:
+            harnesses.needs(started, capability)
+    return started
 
 
 @pytest.fixture(params=APIS)
 def api(request: pytest.FixtureRequest) -> str:
     """Which face opens the test's queues: `queuecore.connect` or `queuecore.connect_async`."""
-    return request.param
+    face: str = request.param
+    return face
 
 
 @pytest.fixture(scope="session")
@@ -81,32 +83,24 @@ def connect(api: str, request: pytest.FixtureRequest) -> Callable[..., queuecore
     portal = request.getfixturevalue("portal")
 
     def connect_async(bind: Any, **options: Any) -> queuecore.Queue:
-        return BlockingQueue(portal.call(queuecore.connect_async, bind, **options), portal)
+        # The blocking face of an AsyncQueue: a Queue but for its engine's type.
+        opened = BlockingQueue(portal.call(queuecore.connect_async, bind, **options), portal)
+        return cast(queuecore.Queue, opened)
 
     return connect_async
 
 
 @pytest.fixture
-def dsn(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+def dsn(harness: Harness, tmp_path: Path) -> str:
     """A migrated database holding no jobs, private to this test."""
-    if backend == "sqlite":
-        path = tmp_path / "jobs.db"
-        shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
-        return f"sqlite:///{path}"
-    url = request.getfixturevalue("postgres_database")
-    engine = sa.create_engine(url)
-    with engine.begin() as conn:
-        conn.execute(sa.text(f"TRUNCATE {jobs.name} RESTART IDENTITY"))
-    engine.dispose()
-    return url
+    return harness.fresh(tmp_path)
 
 
 @pytest.fixture
-def db(dsn: str) -> Iterator[sa.Engine]:
-    """A plain engine on the test's database, for reading rows behind the queue's back;
-    on SQLite on the queue's own SQLite library (one library per file and process)."""
-    options = {"module": pick_driver(None)[1]} if dsn.startswith("sqlite") else {}
-    engine = sa.create_engine(dsn, **options)
+def db(harness: Harness, dsn: str) -> Iterator[sa.Engine]:
+    """A plain engine on the test's database, for reading rows behind the queue's back
+    (the harness knows what that needs: on SQLite, the queue's own SQLite library)."""
+    engine = harness.engine(dsn)
     yield engine
     engine.dispose()
 
@@ -114,7 +108,7 @@ def db(dsn: str) -> Iterator[sa.Engine]:
 @pytest.fixture
 def app_table(db: sa.Engine) -> Iterator[sa.Table]:
     """A table of the application's own, beside the queue's, dropped after the test
-    (the PostgreSQL database is shared by the session)."""
+    (a harness may reuse one database for every test)."""
     table = sa.Table(
         "app_ledger",
         sa.MetaData(),
@@ -128,11 +122,9 @@ def app_table(db: sa.Engine) -> Iterator[sa.Table]:
 
 
 @pytest.fixture
-def empty_dsn(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+def empty_dsn(harness: Harness, tmp_path: Path) -> str:
     """A database that was never migrated."""
-    if backend == "sqlite":
-        return f"sqlite:///{tmp_path / 'never-migrated.db'}"
-    return request.getfixturevalue("scratch_databases").create()
+    return harness.unmigrated(tmp_path)
 
 
 @pytest.fixture

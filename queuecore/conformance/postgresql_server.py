@@ -33,7 +33,8 @@ ENV_RUN_AS = "QUEUECORE_TEST_POSTGRES_USER"
 
 # Where Debian and Ubuntu put each installed major version's server binaries.
 DEBIAN_BINDIRS = "/usr/lib/postgresql/*/bin"
-COMPOSE_FILE = Path(__file__).resolve().parent.parent / "compose.yaml"
+#: The repository's compose file, when the kit runs from a source checkout.
+COMPOSE_FILE = Path(__file__).resolve().parents[2] / "compose.yaml"
 COMPOSE_SERVICE = "postgres"
 SUPERUSER = "postgres"
 

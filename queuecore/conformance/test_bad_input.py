@@ -9,8 +9,8 @@ import pytest
 import sqlalchemy as sa
 
 import queuecore
+from queuecore.conformance.helpers import all_rows, count_jobs
 from queuecore.migrate import VERSION_TABLE, head_revision
-from tests.conformance.helpers import all_rows, count_jobs
 
 NOT_AN_OBJECT = [["a list"], "a string", None, 42, {"a set": {1, 2}}, {"nan": float("nan")}]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from tests.conformance.helpers import all_rows, job_row
+from queuecore.conformance.helpers import all_rows, job_row
 
 LEASE = 30
 

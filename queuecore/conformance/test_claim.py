@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from queuecore import Job
+from queuecore.conformance.helpers import epoch, job_row
 from queuecore.statements import LEASE_EXPIRED_ON_LAST_ATTEMPT
-from tests.conformance.helpers import epoch, job_row
 
 
 def ids(jobs: list[Job]) -> list[int]:

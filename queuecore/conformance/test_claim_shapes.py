@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+from queuecore.conformance.fixtures import START
 from queuecore.job import to_datetime
-from tests.conformance.conftest import START
 
 LEASE = 30
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import queuecore
-from tests.conformance.helpers import all_rows
+from queuecore.conformance.helpers import all_rows
 
 
 def test_r27_same_key_other_payload_raises_dedupe_conflict(queue, db):

@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 
 import sqlalchemy as sa
 
-from tests.conformance.helpers import count_jobs, job_row
+from queuecore.conformance.helpers import count_jobs, job_row
 
 
 def test_r01_enqueue_creates_a_queued_job(queue, clock, db):

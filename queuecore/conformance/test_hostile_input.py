@@ -18,8 +18,8 @@ import pytest
 import sqlalchemy as sa
 
 import queuecore
+from queuecore.conformance.helpers import all_rows
 from queuecore.migrate import VERSION_TABLE, head_revision
-from tests.conformance.helpers import all_rows
 
 HOSTILE_NAMES = [
     "'; DROP TABLE queuecore_jobs; --",

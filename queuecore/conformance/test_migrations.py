@@ -13,9 +13,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
 import queuecore
+from queuecore.conformance.helpers import capture_sql
 from queuecore.migrate import VERSION_TABLE, head_revision, include_object
 from queuecore.schema import jobs, metadata
-from tests.conformance.helpers import capture_sql
 
 DDL = ("CREATE", "ALTER", "DROP")
 

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from queuecore import Queue
-from tests.conformance.helpers import all_rows, capture_sql, count_jobs, epoch, job_row
+from queuecore.conformance.helpers import all_rows, capture_sql, count_jobs, epoch, job_row
 
 
 def make_dead(queue: Queue, n: int, queue_name: str = "default") -> list[int]:

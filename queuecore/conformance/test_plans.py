@@ -16,9 +16,9 @@ from sqlalchemy import Double, bindparam
 from sqlalchemy.sql.elements import ColumnElement
 
 from queuecore import statements
+from queuecore.conformance.fixtures import FakeClock
 from queuecore.schema import jobs
 from queuecore.sqlqueue import SQLQueue
-from tests.conformance.conftest import FakeClock
 
 FINISHED_ROWS = 100_000
 READY = {"ix_queuecore_jobs_ready", "ix_queuecore_jobs_ready_by_queue"}

@@ -5,8 +5,8 @@ from __future__ import annotations
 import multiprocessing
 from collections import Counter
 
-from tests.conformance.helpers import count_jobs
-from tests.conformance.race_worker import drain
+from queuecore.conformance.helpers import count_jobs
+from queuecore.conformance.race_worker import drain
 
 PROCESSES = 4
 JOBS = 2000

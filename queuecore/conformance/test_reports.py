@@ -11,9 +11,9 @@ import pytest
 import sqlalchemy as sa
 
 from queuecore import Job, Queue
+from queuecore.conformance.fixtures import FakeClock
+from queuecore.conformance.helpers import all_rows, epoch, job_row
 from queuecore.schema import jobs
-from tests.conformance.conftest import FakeClock
-from tests.conformance.helpers import all_rows, epoch, job_row
 
 
 class EffectFailed(Exception):

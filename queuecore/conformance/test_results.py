@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conformance.helpers import job_row
+from queuecore.conformance.helpers import job_row
 
 LEASE = 30
 

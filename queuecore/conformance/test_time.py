@@ -10,7 +10,7 @@ import time
 
 import sqlalchemy as sa
 
-from tests.conformance.helpers import capture_sql, epoch, job_row
+from queuecore.conformance.helpers import capture_sql, epoch, job_row
 
 REAL_CLOCKS = ("clock_timestamp", "now()", "current_timestamp", "julianday", "unixepoch")
 

@@ -12,10 +12,10 @@ import sqlalchemy as sa
 from alembic import command
 
 import queuecore
+from queuecore.conformance.fixtures import START, FakeClock
+from queuecore.conformance.test_migrations import drift
 from queuecore.job import to_datetime
-from queuecore.migrate import _config, current_revision, head_revision, include_object
-from tests.conformance.conftest import START, FakeClock
-from tests.conformance.test_migrations import drift
+from queuecore.migrate import alembic_config, current_revision, head_revision, include_object
 
 #: The columns added since each revision the test starts from.
 NEW_COLUMNS = {"0002": ("result", "awaited", "trace_context", "ready_at"), "0003": ("ready_at",)}
@@ -30,7 +30,7 @@ def old_engine(empty_dsn: str) -> Iterator[sa.Engine]:
 
 
 def upgrade(engine: sa.Engine, revision: str) -> None:
-    command.upgrade(_config(engine), revision)
+    command.upgrade(alembic_config(engine), revision)
 
 
 def rows(engine: sa.Engine) -> dict[int, dict[str, Any]]:

@@ -8,8 +8,8 @@ import pytest
 import sqlalchemy as sa
 
 import queuecore.waiting
+from queuecore.conformance.helpers import all_rows, job_row
 from queuecore.schema import jobs
-from tests.conformance.helpers import all_rows, job_row
 
 
 class CountingLooks:

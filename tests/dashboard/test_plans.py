@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import itertools
 
+from queuecore.conformance.test_plans import DEAD, LEASES, PRIMARY_KEY, READY, crowded, explain
 from queuecore.dashboard import actions, queries
-from tests.conformance.test_plans import DEAD, LEASES, PRIMARY_KEY, READY, crowded, explain
 
 __all__ = ["crowded"]  # the fixture, found by its name
 

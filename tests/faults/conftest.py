@@ -9,9 +9,6 @@ from typing import Any
 import pytest
 
 import queuecore
-from tests.conformance.conftest import backend, clock, dsn, postgres_database, sqlite_template
-
-__all__ = ["backend", "clock", "dsn", "postgres_database", "private_dsn", "sqlite_template"]
 
 
 @pytest.fixture

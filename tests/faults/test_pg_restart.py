@@ -28,13 +28,13 @@ import pytest
 import sqlalchemy as sa
 
 import queuecore
+from queuecore.conformance.postgresql_server import PrivateCluster
 from queuecore.demo.jobs import KINDS, ledger, payload
 from queuecore.demo.pool import WorkerPool, worker_command
 from queuecore.demo.verdict import outcomes
 from queuecore.reconnect import PAUSES
 from queuecore.schema import jobs
 from tests.faults.helpers import Terminator, scalar, wait_until
-from tests.pg_server import PrivateCluster
 
 pytestmark = pytest.mark.postgresql_only
 

@@ -15,9 +15,9 @@ from collections.abc import Callable
 import pytest
 
 import queuecore
+from queuecore.conformance.fixtures import FakeClock
 from queuecore.schedules import Schedule, Scheduler
 from queuecore.testing import drain
-from tests.conformance.conftest import FakeClock
 from tests.periodic.helpers import periodic_rows
 
 

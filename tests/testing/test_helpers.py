@@ -14,8 +14,8 @@ import pytest
 import sqlalchemy as sa
 
 import queuecore
+from queuecore.conformance.fixtures import FakeClock as ConformanceClock
 from queuecore.testing import Drained, FakeClock, drain, make_job, run_handler
-from tests.conformance.conftest import FakeClock as ConformanceClock
 
 # --- one handler, no database ----------------------------------------------------------------
 

@@ -6,28 +6,6 @@ from collections.abc import Callable
 import pytest
 
 import queuecore
-from tests.conformance.conftest import (
-    backend,
-    clock,
-    dsn,
-    empty_dsn,
-    make_queue,
-    postgres_database,
-    queue,
-    sqlite_template,
-)
-
-__all__ = [
-    "backend",
-    "clock",
-    "connect",
-    "dsn",
-    "empty_dsn",
-    "make_queue",
-    "postgres_database",
-    "queue",
-    "sqlite_template",
-]
 
 
 @pytest.fixture

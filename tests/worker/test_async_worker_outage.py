@@ -19,9 +19,9 @@ import pytest
 import sqlalchemy as sa
 
 import queuecore
+from queuecore.conformance.postgresql_server import PrivateCluster
 from queuecore.reconnect import PAUSES
 from tests.faults.helpers import PATIENCE
-from tests.pg_server import PrivateCluster
 
 pytestmark = pytest.mark.postgresql_only
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from queuecore.cli import main
-from tests.conformance.helpers import all_rows
+from queuecore.conformance.helpers import all_rows
 from tests.worker.processes import run_queuecore
 
 

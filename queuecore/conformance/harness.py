@@ -1,0 +1,73 @@
+"""What a backend gives the conformance kit so that the whole suite runs on it.
+
+A backend's package registers a `Harness` subclass under the `queuecore.harnesses` entry
+point group, by the name its tests are to be known by (`sqlite = "pkg.mod:MyHarness"`);
+`pytest --pyargs queuecore.conformance --queuecore-backends NAME` then runs every test on
+it. The in-tree backends register theirs the same way (`backends/*_harness.py`).
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any, ClassVar
+
+import sqlalchemy as sa
+
+ENTRY_POINTS = "queuecore.harnesses"
+
+
+class Unavailable(RuntimeError):
+    """The harness cannot run here (no server, say): its tests are skipped, or fail when
+    the run requires the backend (`--queuecore-require`)."""
+
+
+class Harness:
+    """One backend's test databases, for one pytest session.
+
+    The kit calls `start` once before the first test that needs it, `fresh` for every
+    test that opens a queue, and `stop` at the end of the session."""
+
+    #: The backend's name in test ids (`test_x[sqlite-sync]`), and what tests may branch on
+    #: where they check what only that database does (its query plans, say).
+    name: ClassVar[str]
+    #: What the database can do that some tests need; a test for a capability a harness
+    #: does not declare is skipped for it and listed in the run's summary.
+    #: - "listen": enqueues wake waiting workers (LISTEN/NOTIFY or the like);
+    #: - "concurrent_migrations": two processes migrating one database at once is safe.
+    capabilities: ClassVar[frozenset[str]] = frozenset()
+
+    def start(self, scratch: Path) -> None:
+        """Get a database server (or raise `Unavailable`) and whatever `fresh` copies or
+        reuses: `scratch` is a folder of the session's own."""
+
+    def fresh(self, scratch: Path) -> str:
+        """A DSN of a migrated database holding no jobs (ids starting again at 1) that no
+        other test uses until this one ends; `scratch` is the test's own folder."""
+        raise NotImplementedError
+
+    def unmigrated(self, scratch: Path) -> str:
+        """A DSN of a database that was never migrated."""
+        raise NotImplementedError
+
+    def engine(self, dsn: str) -> sa.Engine:
+        """A plain engine on `dsn`, for the tests that read rows behind the queue's back."""
+        return sa.create_engine(dsn)
+
+    def stop(self) -> None:
+        """Drop what `start`, `fresh` and `unmigrated` made."""
+
+    def describe(self) -> str | None:
+        """A line for the run's header or summary (which server, which driver)."""
+        return None
+
+
+def harness_classes() -> dict[str, type[Harness]]:
+    """Every installed harness, by name."""
+    found: dict[str, type[Harness]] = {}
+    for point in entry_points(group=ENTRY_POINTS):
+        loaded: Any = point.load()
+        if not (isinstance(loaded, type) and issubclass(loaded, Harness)):
+            raise TypeError(f"entry point {point.name} = {point.value} is not a Harness class")
+        found[point.name] = loaded
+    return found

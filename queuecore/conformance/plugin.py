@@ -1,0 +1,176 @@
+"""The conformance kit's pytest plugin, loaded by pytest itself (the `pytest11` entry point)
+once queuecore is installed. It stays out of the way until a run names its backends:
+
+    pytest --pyargs queuecore.conformance --queuecore-backends sqlite,mybackend
+
+(or `queuecore_backends = ...` in the ini file). Then it registers the kit's fixtures
+(`queuecore.conformance.fixtures`), with `backend` parametrized over the named harnesses
+(`queuecore.conformance.harness`), each started once for the session when a test first
+needs it. A harness that cannot run here skips its tests and says so in a banner at the
+end, unless the run requires it (`--queuecore-require NAME,...`, or
+`QUEUECORE_REQUIRE_BACKENDS`), which turns that into a failure. A test for a capability
+the harness does not declare (`@pytest.mark.requires("listen")`) is skipped for it.
+"""
+
+from __future__ import annotations
+
+import os
+import types
+from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn
+
+import pytest
+
+from queuecore.conformance.harness import Harness, Unavailable, harness_classes
+
+ENV_REQUIRE = "QUEUECORE_REQUIRE_BACKENDS"
+#: The one each CI has always set, kept: it requires the postgresql harness.
+ENV_REQUIRE_POSTGRES = "QUEUECORE_REQUIRE_POSTGRES"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("queuecore", "queuecore's conformance kit")
+    group.addoption(
+        "--queuecore-backends",
+        help="comma-separated harnesses to run the kit's fixtures on (entry points "
+        "queuecore.harnesses); off unless given here or in the ini file",
+    )
+    group.addoption(
+        "--queuecore-require",
+        help="comma-separated harnesses that must run: unavailable, a failure, not a skip",
+    )
+    parser.addini("queuecore_backends", "the default of --queuecore-backends", default="")
+
+
+def _names(text: str | None) -> list[str]:
+    return [name.strip() for name in (text or "").split(",") if name.strip()]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "requires(capability): the test needs what some databases cannot do"
+    )
+    config.addinivalue_line(
+        "markers", "postgresql_only: the test checks something only PostgreSQL has"
+    )
+    names = _names(config.getoption("--queuecore-backends") or config.getini("queuecore_backends"))
+    if not names:
+        if _runs_the_kit(config):
+            raise pytest.UsageError(
+                "the conformance kit runs on the backends you name: --queuecore-backends "
+                f"NAME[,NAME] (installed: {', '.join(sorted(harness_classes())) or 'none'})"
+            )
+        return
+    known = harness_classes()
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise pytest.UsageError(
+            f"no queuecore harness named {', '.join(unknown)} (installed: "
+            f"{', '.join(sorted(known)) or 'none'})"
+        )
+    required = set(_names(config.getoption("--queuecore-require")))
+    required |= set(_names(os.environ.get(ENV_REQUIRE)))
+    if os.environ.get(ENV_REQUIRE_POSTGRES) == "1":
+        required.add("postgresql")
+    harnesses = Harnesses({name: known[name] for name in names}, required)
+    config.stash[HARNESSES] = harnesses
+    from queuecore.conformance import fixtures
+
+    config.pluginmanager.register(fixtures, "queuecore-conformance-fixtures")
+    config.pluginmanager.register(_backend_fixture(names), "queuecore-conformance-backend")
+
+
+def _runs_the_kit(config: pytest.Config) -> bool:
+    """Whether the run collects the kit's suite (by `--pyargs` or by its folder)."""
+    kit = Path(__file__).resolve().parent
+    for arg in config.args:
+        if arg.split("::")[0] in ("queuecore.conformance", str(kit)):
+            return True
+        path = Path(arg.split("::")[0]).resolve()
+        if path == kit or kit in path.parents:
+            return True
+    return False
+
+
+def _backend_fixture(names: list[str]) -> types.ModuleType:
+    """`backend`, parametrized over this run's harnesses (a test may parametrize it
+    itself, naming the one backend it is about)."""
+    holder = types.ModuleType("queuecore_conformance_backend")
+
+    @pytest.fixture(params=names)
+    def backend(request: pytest.FixtureRequest) -> str:
+        name: str = request.param
+        return name
+
+    holder.backend = backend  # type: ignore[attr-defined]
+    return holder
+
+
+class Harnesses:
+    """The run's harnesses: started on first use, stopped at the end of the session."""
+
+    def __init__(self, classes: dict[str, type[Harness]], required: set[str]) -> None:
+        self.classes = classes
+        self.required = required
+        self.running: dict[str, Harness] = {}
+        self.unavailable: dict[str, str] = {}
+        self.described: list[str] = []  # what the started ones said of themselves
+        self._scratch: Callable[[str], Path] | None = None
+
+    def open(self, scratch: Callable[[str], Path]) -> None:
+        self._scratch = scratch
+
+    def started(self, name: str) -> Harness:
+        """The harness `name`, started; skips (or fails) the test when it cannot run."""
+        if name not in self.classes:
+            pytest.skip(f"backend {name} is not among this run's (--queuecore-backends)")
+        if name in self.unavailable:
+            self._cannot_run(name, self.unavailable[name])
+        if name not in self.running:
+            assert self._scratch is not None, "the harnesses fixture opens them"
+            harness = self.classes[name]()
+            try:
+                harness.start(self._scratch(f"harness-{name}"))
+            except Unavailable as exc:
+                self.unavailable[name] = str(exc)
+                self._cannot_run(name, str(exc))
+            self.running[name] = harness
+            said = harness.describe()
+            if said:
+                self.described.append(said)
+        return self.running[name]
+
+    def needs(self, harness: Harness, capability: str) -> None:
+        if capability not in harness.capabilities:
+            pytest.skip(f"{harness.name} does not declare {capability!r}")
+
+    def stop(self) -> None:
+        for harness in self.running.values():
+            harness.stop()
+        self.running.clear()
+
+    def _cannot_run(self, name: str, why: str) -> NoReturn:
+        message = f"NO {name.upper()}: the {name} half of the suite cannot run: {why}"
+        if name in self.required:
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+
+
+HARNESSES = pytest.StashKey[Harnesses]()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Which servers ran; and a skipped backend must not pass unnoticed among the dots."""
+    harnesses = terminalreporter.config.stash.get(HARNESSES, None)
+    if harnesses is None:
+        return
+    for said in harnesses.described:
+        terminalreporter.write_line(said)
+    for name, why in harnesses.unavailable.items():
+        terminalreporter.section(f"{name} did not run", sep="!", red=True, bold=True)
+        terminalreporter.write_line(
+            f"NO {name.upper()}: the {name} half of the suite cannot run: {why}",
+            red=True,
+            bold=True,
+        )
