@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from queuecore.async_handling import AsyncLease
-from queuecore.claimer import FIRST_IDLE_PAUSE
+from queuecore.claimer import FIRST_IDLE_PAUSE, auto_prefetch
 from queuecore.holdings import room_for_claims
 from queuecore.job import Job
 from queuecore.leases import heard, refusal
@@ -45,6 +45,8 @@ class AsyncHoldings:
         self.leases: set[AsyncLease] = set()
         self.waiting: deque[AsyncLease] = deque()
         self.acking = 0
+        #: The mean time its handlers ran (recent runs weigh most): the claimer's prefetch.
+        self.handler_seconds: float | None = None
         self.work = asyncio.Condition()  # a job is waiting, or stopping
         self.wake = asyncio.Event()  # the claimer should look again
         self.stopping = asyncio.Event()
@@ -73,6 +75,11 @@ class AsyncHoldings:
             self.work.notify_all()
         return unstarted
 
+    def ran(self, seconds: float) -> None:
+        """A handler ran for `seconds`."""
+        mean = self.handler_seconds
+        self.handler_seconds = seconds if mean is None else mean + (seconds - mean) / 16
+
     def to_window(self) -> None:
         """A held job's completion went to the ack window: its task is free."""
         self.acking += 1
@@ -89,9 +96,10 @@ class AsyncHoldings:
 
 
 class AsyncClaimer:
-    """Claims as many jobs as there are free tasks (plus prefetch), of the registry's
-    kinds only (W2, R23); waits out an outage; exits after `exit_when_idle`. Idle, it
-    polls, backing off to `poll_interval`, or waits that long at once while
+    """Claims as many jobs as there are free tasks (plus prefetch: `prefetch`, or by
+    default the sync claimer's `auto_prefetch` of the handlers' mean time), of the
+    registry's kinds only (W2, R23); waits out an outage; exits after `exit_when_idle`.
+    Idle, it polls, backing off to `poll_interval`, or waits that long at once while
     `listening()` (a NOTIFY sets `holdings.wake` then, W6)."""
 
     def __init__(
@@ -102,8 +110,9 @@ class AsyncClaimer:
         name: str,
         queues: Sequence[str] | None,
         kinds: Sequence[str],
-        active_limit: int,
-        held_limit: int,
+        slots: int,
+        prefetch: int | None,
+        ack_batch: int,
         poll_interval: float,
         exit_when_idle: float | None,
         listening: Callable[[], bool],
@@ -114,8 +123,9 @@ class AsyncClaimer:
         self.name = name
         self.queues = queues
         self.kinds = kinds
-        self.active_limit = active_limit
-        self.held_limit = held_limit
+        self.slots = slots
+        self.prefetch = prefetch
+        self.ack_batch = ack_batch
         self.poll_interval = poll_interval
         self.exit_when_idle = exit_when_idle
         self.listening = listening
@@ -127,11 +137,12 @@ class AsyncClaimer:
         idle_since: float | None = None
         while not holdings.stopping.is_set():
             holdings.wake.clear()
+            prefetch = self.prefetch
+            if prefetch is None:
+                prefetch = auto_prefetch(self.slots, holdings.handler_seconds)
+            active = self.slots + prefetch
             room = room_for_claims(
-                self.active_limit,
-                self.held_limit,
-                held=len(holdings.leases),
-                acking=holdings.acking,
+                active, active + self.ack_batch, held=len(holdings.leases), acking=holdings.acking
             )
             if room <= 0:
                 await holdings.wake.wait()  # a task frees up, or stop()

@@ -43,9 +43,11 @@ class AsyncWorker:
     `handlers` maps kind → handler, as for `queuecore.Worker` (only those kinds are
     claimed, W2); a handler may be `async def fn(job)`, run as a task of this loop, or a
     plain `fn(job)`, run on a pool of `concurrency` threads so it cannot block the loop.
-    `concurrency` is how many jobs run at once, of both sorts together. Handlers return
-    and raise what a sync worker's do (a result, an effect, `Done`, `Permanent`,
-    `Retry`); inside one, `queuecore.current_lease().lost_async` is an `asyncio.Event`
+    `concurrency` is how many jobs run at once, of both sorts together; `prefetch` how
+    many it claims ahead of them (by default about 50 ms of work, as for a `Worker`:
+    short handlers' jobs by the dozen, none ahead of handlers that take seconds).
+    Handlers return and raise what a sync worker's do (a result, an effect, `Done`,
+    `Permanent`, `Retry`); inside one, `queuecore.current_lease().lost_async` is an `asyncio.Event`
     set when a heartbeat finds the job lost (W3), together with `.lost`.
 
     Every handler runs in this process: one that kills it (`os._exit`, a segfault)
@@ -65,7 +67,7 @@ class AsyncWorker:
         concurrency: int = 1,
         queues: Iterable[str] | None = None,
         name: str | None = None,
-        prefetch: int = 0,
+        prefetch: int | None = None,
         poll_interval: float = 1.0,
         heartbeat_seconds: float | None = None,
         grace_seconds: float = 30.0,
@@ -168,15 +170,15 @@ class AsyncWorker:
                 finished=finished,
                 poll_interval=self.settings.poll_interval,
             )
-        ahead = self.settings.prefetch or 0  # the async worker claims ahead only when told
         claimer = AsyncClaimer(
             self.queue,
             holdings,
             name=self.settings.name,
             queues=self.settings.queues,
             kinds=sorted(self.handlers),
-            active_limit=self.settings.concurrency + ahead,
-            held_limit=self.settings.concurrency + ahead + self.settings.ack_batch,
+            slots=self.settings.concurrency,
+            prefetch=self.settings.prefetch,
+            ack_batch=self.settings.ack_batch,
             poll_interval=self.settings.poll_interval,
             exit_when_idle=self.settings.exit_when_idle,
             listening=lambda: self.listening,
@@ -276,7 +278,9 @@ class AsyncWorker:
                 self._holdings.let_go(lease)
                 raise
             finally:
-                self.observer.handler_ended(lease.job, time.monotonic() - started)
+                seconds = time.monotonic() - started
+                self.observer.handler_ended(lease.job, seconds)
+                self._holdings.ran(seconds)
             await reporter.report(lease, outcome, started)
 
 
