@@ -20,7 +20,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from alembic import command
 
-from queuecore.migrate import _config
+from queuecore.migrate import alembic_config
 
 #: The floors run on the first migration's table: the same indexes, none of the later
 #: tuning, so what queuecore's own migrations buy shows in the ratio.
@@ -34,7 +34,7 @@ SEED_COLUMNS = (
 def migrate(url: str, revision: str = "head") -> None:
     engine = sa.create_engine(url)
     try:
-        command.upgrade(_config(engine), revision)
+        command.upgrade(alembic_config(engine), revision)
     finally:
         engine.dispose()
 
