@@ -118,10 +118,10 @@ def test_r26_wait_of_an_id_that_is_not_an_integer_is_a_type_error(queue):
         queue.wait("7", timeout=1)
 
 
-@pytest.mark.postgresql_only
-@pytest.mark.parametrize("backend", ["postgresql"])  # NOTIFY is PostgreSQL's
-def test_r26_postgresql_wakes_the_waiter_by_notify(backend, queue, db, monkeypatch):
-    """The first pause is made 30 s long: only the trigger's NOTIFY can end it in time."""
+@pytest.mark.requires("listen")
+def test_r26_a_backend_that_can_listen_wakes_the_waiter_by_notification(queue, db, monkeypatch):
+    """The first pause is made 30 s long: only the notification can end it in time (on
+    PostgreSQL, the trigger's NOTIFY)."""
     monkeypatch.setattr(queuecore.waiting, "FIRST_PAUSE", 30.0)
     job_id = queue.enqueue("k", {}).id
     (job,) = queue.claim("w")
