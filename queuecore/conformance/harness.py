@@ -33,8 +33,8 @@ class Harness:
     name: ClassVar[str]
     #: What the database can do that some tests need; a test for a capability a harness
     #: does not declare is skipped for it and listed in the run's summary.
-    #: - "listen": enqueues wake waiting workers (LISTEN/NOTIFY or the like);
-    #: - "concurrent_migrations": two processes migrating one database at once is safe.
+    #: - "listen": a finished job wakes its waiter by a notification (R26; PostgreSQL's
+    #:   LISTEN/NOTIFY), so `wait()` need not poll.
     capabilities: ClassVar[frozenset[str]] = frozenset()
 
     def start(self, scratch: Path) -> None:
