@@ -21,6 +21,7 @@ from queuecore.schema import jobs
 class PostgresHarness(Harness):
     name: ClassVar[str] = "postgresql"
     capabilities: ClassVar[frozenset[str]] = frozenset({"listen"})
+    server_clock_sql: ClassVar[str | None] = "clock_timestamp()"
 
     def __init__(self) -> None:
         self._servers = ExitStack()
@@ -64,6 +65,11 @@ class PostgresHarness(Harness):
 
     def unmigrated(self, scratch: Path) -> str:
         return self.create()
+
+    def server_now(self, engine: sa.Engine) -> float:
+        with engine.connect() as conn:
+            now = conn.execute(sa.text("SELECT extract(epoch FROM clock_timestamp())")).scalar_one()
+        return float(now)
 
     def stop(self) -> None:
         if self._admin is not None:

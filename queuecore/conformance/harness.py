@@ -8,6 +8,7 @@ it. The in-tree backends register theirs the same way (`backends/*_harness.py`).
 
 from __future__ import annotations
 
+import time
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, ClassVar
@@ -37,6 +38,11 @@ class Harness:
     #:   LISTEN/NOTIFY), so `wait()` need not poll.
     capabilities: ClassVar[frozenset[str]] = frozenset()
 
+    #: Where the queue's default clock is the database server's (R20): a piece of SQL
+    #: that every statement reading that clock carries, so a test can see the client
+    #: sent no time of its own. None where the default clock is the local one.
+    server_clock_sql: ClassVar[str | None] = None
+
     def start(self, scratch: Path) -> None:
         """Get a database server (or raise `Unavailable`) and whatever `fresh` copies or
         reuses: `scratch` is a folder of the session's own."""
@@ -53,6 +59,11 @@ class Harness:
     def engine(self, dsn: str) -> sa.Engine:
         """A plain engine on `dsn`, for the tests that read rows behind the queue's back."""
         return sa.create_engine(dsn)
+
+    def server_now(self, engine: sa.Engine) -> float:
+        """What the queue's default clock reads now, in epoch seconds: the server's clock
+        read through `engine` where `server_clock_sql` is set, else the local one."""
+        return time.time()
 
     def stop(self) -> None:
         """Drop what `start`, `fresh` and `unmigrated` made."""
