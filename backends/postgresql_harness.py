@@ -71,6 +71,9 @@ class PostgresHarness(Harness):
             now = conn.execute(sa.text("SELECT extract(epoch FROM clock_timestamp())")).scalar_one()
         return float(now)
 
+    def unreachable(self, scratch: Path) -> str:
+        return "postgresql+psycopg://postgres@127.0.0.1:1/queuecore"  # nothing listens on 1
+
     def stop(self) -> None:
         if self._admin is not None:
             with self._admin.connect() as conn:

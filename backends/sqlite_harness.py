@@ -17,6 +17,7 @@ from queuecore.conformance.harness import Harness
 
 class SQLiteHarness(Harness):
     name: ClassVar[str] = "sqlite"
+    capabilities: ClassVar[frozenset[str]] = frozenset({"migrates_on_connect"})
 
     def __init__(self) -> None:
         self._template: Path | None = None
@@ -38,6 +39,9 @@ class SQLiteHarness(Harness):
 
     def unmigrated(self, scratch: Path) -> str:
         return f"sqlite:///{scratch / 'never-migrated.db'}"
+
+    def unreachable(self, scratch: Path) -> str:
+        return f"sqlite:///{scratch / 'no-such-folder' / 'jobs.db'}"
 
     def engine(self, dsn: str) -> sa.Engine:
         """On the queue's own SQLite library: one library per file and process."""

@@ -34,8 +34,10 @@ class Harness:
     name: ClassVar[str]
     #: What the database can do that some tests need; a test for a capability a harness
     #: does not declare is skipped for it and listed in the run's summary.
-    #: - "listen": a finished job wakes its waiter by a notification (R26; PostgreSQL's
-    #:   LISTEN/NOTIFY), so `wait()` need not poll.
+    #: - "listen": the queue can be listened to (`listen()`, R26; PostgreSQL's
+    #:   LISTEN/NOTIFY): an enqueue wakes a worker and a finished job its waiter;
+    #: - "migrates_on_connect": `connect` migrates a database that has no schema (the
+    #:   embedded default, SQLite's); without it `connect` refuses and says to migrate.
     capabilities: ClassVar[frozenset[str]] = frozenset()
 
     #: Where the queue's default clock is the database server's (R20): a piece of SQL
@@ -54,6 +56,11 @@ class Harness:
 
     def unmigrated(self, scratch: Path) -> str:
         """A DSN of a database that was never migrated."""
+        raise NotImplementedError
+
+    def unreachable(self, scratch: Path) -> str:
+        """A DSN of this backend that cannot be opened (no server there, or a folder
+        that does not exist), for R22's message."""
         raise NotImplementedError
 
     def engine(self, dsn: str) -> sa.Engine:

@@ -3,8 +3,6 @@ argument; a database that cannot be used says what to do about it."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import sqlalchemy as sa
 
@@ -88,15 +86,9 @@ def test_r22_bad_connect_option_is_a_value_error_before_any_write(empty_dsn, opt
     assert tables(empty_dsn) == []  # not even migrated
 
 
-def unreachable_dsn(backend: str, tmp_path: Path) -> str:
-    if backend == "sqlite":
-        return f"sqlite:///{tmp_path / 'no-such-folder' / 'jobs.db'}"
-    return "postgresql+psycopg://postgres@127.0.0.1:1/queuecore"  # nothing listens on port 1
-
-
 @pytest.mark.parametrize("opener", [queuecore.connect, queuecore.migrate])
-def test_r22_unreachable_database_says_what_to_check(backend, tmp_path, opener):
-    dsn = unreachable_dsn(backend, tmp_path)
+def test_r22_unreachable_database_says_what_to_check(harness, tmp_path, opener):
+    dsn = harness.unreachable(tmp_path)
     with pytest.raises(queuecore.DatabaseUnreachableError) as caught:
         opener(dsn)
     message = str(caught.value)
@@ -105,10 +97,12 @@ def test_r22_unreachable_database_says_what_to_check(backend, tmp_path, opener):
     assert "Check that the server is running" in message
 
 
-def test_r22_unmigrated_database_says_to_migrate_on_postgresql_and_migrates_on_sqlite(
-    backend, empty_dsn, clock
+def test_r22_an_unmigrated_database_is_migrated_at_connect_or_refused_with_what_to_run(
+    harness, empty_dsn, clock
 ):
-    if backend == "postgresql":
+    """Migrated where the backend migrates on connect (SQLite's embedded default), else
+    refused with the command to run (PostgreSQL)."""
+    if "migrates_on_connect" not in harness.capabilities:
         with pytest.raises(queuecore.NotMigratedError) as caught:
             queuecore.connect(empty_dsn, clock=clock)
         assert "queuecore migrate" in str(caught.value)
