@@ -4,18 +4,17 @@ once queuecore is installed. It stays out of the way until a run names its backe
     pytest --pyargs queuecore.conformance --queuecore-backends sqlite,mybackend
 
 (or `queuecore_backends = ...` in the ini file). Then it registers the kit's fixtures
-(`queuecore.conformance.fixtures`), with `backend` parametrized over the named harnesses
+(`queuecore.conformance.fixtures`) and parametrizes `backend` over the named harnesses
 (`queuecore.conformance.harness`), each started once for the session when a test first
-needs it. A harness that cannot run here skips its tests and says so in a banner at the
-end, unless the run requires it (`--queuecore-require NAME,...`, or
-`QUEUECORE_REQUIRE_BACKENDS`), which turns that into a failure. A test for a capability
-the harness does not declare (`@pytest.mark.requires("listen")`) is skipped for it.
+needs it; a test for a capability (`@pytest.mark.requires("listen")`) is made only for
+the harnesses that declare it. A harness that cannot run here skips its tests and says
+so in a banner at the end, unless the run requires it (`--queuecore-require NAME,...`,
+or `QUEUECORE_REQUIRE_BACKENDS`), which turns that into a failure.
 """
 
 from __future__ import annotations
 
 import os
-import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
@@ -78,7 +77,6 @@ def pytest_configure(config: pytest.Config) -> None:
     from queuecore.conformance import fixtures
 
     config.pluginmanager.register(fixtures, "queuecore-conformance-fixtures")
-    config.pluginmanager.register(_backend_fixture(names), "queuecore-conformance-backend")
 
 
 def _runs_the_kit(config: pytest.Config) -> bool:
@@ -93,18 +91,21 @@ def _runs_the_kit(config: pytest.Config) -> bool:
     return False
 
 
-def _backend_fixture(names: list[str]) -> types.ModuleType:
-    """`backend`, parametrized over this run's harnesses (a test may parametrize it
-    itself, naming the one backend it is about)."""
-    holder = types.ModuleType("queuecore_conformance_backend")
-
-    @pytest.fixture(params=names)
-    def backend(request: pytest.FixtureRequest) -> str:
-        name: str = request.param
-        return name
-
-    holder.backend = backend  # type: ignore[attr-defined]
-    return holder
+@pytest.hookimpl(tryfirst=True)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """`backend`, over this run's harnesses that have what the test `requires`: a test
+    for a capability no harness of the run declares is not made for it (nor skipped),
+    as a test that parametrizes `backend` itself names the one backend it is about."""
+    harnesses = metafunc.config.stash.get(HARNESSES, None)
+    if harnesses is None or "backend" not in metafunc.fixturenames:
+        return
+    for marker in metafunc.definition.iter_markers("parametrize"):
+        named = marker.args[0]
+        if "backend" in (named.replace(" ", "").split(",") if isinstance(named, str) else named):
+            return
+    needed = {c for marker in metafunc.definition.iter_markers("requires") for c in marker.args}
+    names = [n for n, kind in harnesses.classes.items() if needed <= kind.capabilities]
+    metafunc.parametrize("backend", names)
 
 
 class Harnesses:
@@ -140,10 +141,6 @@ class Harnesses:
             if said:
                 self.described.append(said)
         return self.running[name]
-
-    def needs(self, harness: Harness, capability: str) -> None:
-        if capability not in harness.capabilities:
-            pytest.skip(f"{harness.name} does not declare {capability!r}")
 
     def stop(self) -> None:
         for harness in self.running.values():
