@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from queuecore.async_handling import AsyncLease
-from queuecore.claimer import FIRST_IDLE_PAUSE, auto_prefetch
-from queuecore.holdings import room_for_claims
+from queuecore.claimer import FIRST_IDLE_PAUSE, active_limit
+from queuecore.holdings import room_for_claims, running_mean
 from queuecore.job import Job
 from queuecore.leases import heard, refusal
 from queuecore.observer import WorkerObserver, why_refused_async
@@ -77,8 +77,7 @@ class AsyncHoldings:
 
     def ran(self, seconds: float) -> None:
         """A handler ran for `seconds`."""
-        mean = self.handler_seconds
-        self.handler_seconds = seconds if mean is None else mean + (seconds - mean) / 16
+        self.handler_seconds = running_mean(self.handler_seconds, seconds)
 
     def to_window(self) -> None:
         """A held job's completion went to the ack window: its task is free."""
@@ -137,10 +136,7 @@ class AsyncClaimer:
         idle_since: float | None = None
         while not holdings.stopping.is_set():
             holdings.wake.clear()
-            prefetch = self.prefetch
-            if prefetch is None:
-                prefetch = auto_prefetch(self.slots, holdings.handler_seconds)
-            active = self.slots + prefetch
+            active = active_limit(self.slots, self.prefetch, holdings.handler_seconds)
             room = room_for_claims(
                 active, active + self.ack_batch, held=len(holdings.leases), acking=holdings.acking
             )

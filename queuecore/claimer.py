@@ -38,6 +38,13 @@ def auto_prefetch(slots: int, handler_seconds: float | None) -> int:
     return min(AUTO_PREFETCH_MOST, int(wanted))
 
 
+def active_limit(slots: int, prefetch: int | None, handler_seconds: float | None) -> int:
+    """How many jobs to keep running or waiting for a slot: the slots plus the prefetch,
+    the worker's `prefetch` when set, else `auto_prefetch`."""
+    ahead = auto_prefetch(slots, handler_seconds) if prefetch is None else prefetch
+    return slots + ahead
+
+
 class Claimer:
     def __init__(
         self,
@@ -77,10 +84,7 @@ class Claimer:
             holdings.wake.clear()
             # The slots and the prefetch kept busy, while the ack window may hold more
             # leases; a window that grows past its size (a slow flush) holds claiming back.
-            prefetch = self.prefetch
-            if prefetch is None:
-                prefetch = auto_prefetch(self.slots, holdings.handler_seconds)
-            active = self.slots + prefetch
+            active = active_limit(self.slots, self.prefetch, holdings.handler_seconds)
             room = holdings.room(active, active + self.ack_batch)
             if room <= 0 or (room < active // 2 and holdings.any_waiting()):
                 holdings.wake.wait()  # a slot frees up, or stop()

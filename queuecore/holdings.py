@@ -49,8 +49,7 @@ class Holdings:
 
     def ran(self, seconds: float) -> None:
         """A handler ran for `seconds` (a race between two slots loses one sample)."""
-        mean = self.handler_seconds
-        self.handler_seconds = seconds if mean is None else mean + (seconds - mean) / 16
+        self.handler_seconds = running_mean(self.handler_seconds, seconds)
 
     def more_waiting(self, most: int) -> list[Lease]:
         """Up to `most` more claimed jobs, without waiting: a handler process takes its
@@ -130,6 +129,12 @@ class Holdings:
     def leases(self) -> list[Lease]:
         with self._lock:
             return list(self._leases)
+
+
+def running_mean(mean: float | None, seconds: float) -> float:
+    """The handlers' mean run time with one more run, recent runs weighing most: what
+    every claimer's automatic prefetch follows."""
+    return seconds if mean is None else mean + (seconds - mean) / 16
 
 
 def room_for_claims(

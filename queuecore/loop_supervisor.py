@@ -63,11 +63,10 @@ class LoopProcess:
     def __init__(self, server: ForkServer, *, slots: int) -> None:
         self.server = server
         self.slots = slots
-        self._lock = threading.Lock()  # the process (conn, pid) and the jobs out
+        self._lock = threading.Lock()  # the process's socket and the jobs out
         self._room = threading.Condition(self._lock)  # a job came back, or the process died
         self._send = threading.Lock()  # one message at a time on the socket
         self._conn: Connection | None = None
-        self._pid: int | None = None
         self._out: dict[int, Sent] = {}  # by ticket: the same job may be out twice
         self._tickets = itertools.count()
         self._reader: threading.Thread | None = None
@@ -110,7 +109,7 @@ class LoopProcess:
         running.close()  # a handler process's word: the loop process reports by message
         self._tell(conn, ("slots", self.slots))
         with self._lock:
-            self._pid, self._conn = pid, conn
+            self._conn = conn
         self._reader = threading.Thread(
             target=self._read, args=(pid, conn), name="queuecore-from-loop", daemon=True
         )
@@ -221,7 +220,7 @@ class LoopProcess:
             pass
         with self._lock:
             if self._conn is conn:
-                self._pid = self._conn = None
+                self._conn = None
             orphans = [t for t, sent in self._out.items() if sent.conn is conn]
             ended = [self._out.pop(t) for t in orphans]
             self._room.notify_all()
