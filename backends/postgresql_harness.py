@@ -28,7 +28,6 @@ class PostgresHarness(Harness):
         self._admin: sa.Engine | None = None
         self._created: list[str] = []
         self._database: str | None = None
-        self._emptier: sa.Engine | None = None  # on the session's database
         self._said: str | None = None
         #: The server's DSN (its maintenance database), for tests that need one of their own.
         self.server = ""
@@ -46,7 +45,6 @@ class PostgresHarness(Harness):
         self._said = f"PostgreSQL used: {shown} (server {version})"
         self._database = self.create()
         queuecore.migrate(self._database)
-        self._emptier = sa.create_engine(self._database)
 
     def create(self) -> str:
         """A new, empty database on the server (dropped at the end of the session)."""
@@ -58,9 +56,11 @@ class PostgresHarness(Harness):
         return sa.make_url(self.server).set(database=name).render_as_string(hide_password=False)
 
     def fresh(self, scratch: Path) -> str:
-        assert self._database is not None and self._emptier is not None, "start() first"
-        with self._emptier.begin() as conn:
+        assert self._database is not None, "start() first"
+        engine = sa.create_engine(self._database)
+        with engine.begin() as conn:
             conn.execute(sa.text(f"TRUNCATE {jobs.name} RESTART IDENTITY"))
+        engine.dispose()
         return self._database
 
     def unmigrated(self, scratch: Path) -> str:
@@ -75,8 +75,6 @@ class PostgresHarness(Harness):
         return "postgresql+psycopg://postgres@127.0.0.1:1/queuecore"  # nothing listens on 1
 
     def stop(self) -> None:
-        if self._emptier is not None:
-            self._emptier.dispose()
         if self._admin is not None:
             with self._admin.connect() as conn:
                 for name in self._created:
