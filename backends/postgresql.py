@@ -42,6 +42,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("queuecore")
 
 CHANNEL = "queuecore"
+#: SQLSTATEs of a transaction the server rolled back: serialization failure, deadlock.
+ROLLED_BACK = ("40001", "40P01")
+#: Any fixed number: migrations of one database take turns on this advisory lock.
+MIGRATION_LOCK = 0x71C0_5E11
 _SEQUENCE = "pg_get_serial_sequence(:table, 'id')"
 _SEQUENCE_READ = sa.text(f"SELECT pg_sequence_last_value({_SEQUENCE}::regclass)")
 _SEQUENCE_WRITE = sa.text(f"SELECT setval({_SEQUENCE}, :value, true)")
@@ -110,6 +114,10 @@ class PostgresBackend(Backend):
 
         return Hot([(self.hot_complete_batch, params)], finish)
 
+    def rolled_back(self, error: Exception) -> bool:
+        """A deadlock broken, or a serialization failure: the server rolled back all."""
+        return getattr(getattr(error, "orig", None), "sqlstate", None) in ROLLED_BACK
+
     def prepare_hot_connection(self, conn: Any) -> None:
         """Autocommit: a single statement is its own transaction, in one round trip."""
         conn.autocommit = True
@@ -156,6 +164,13 @@ class PostgresQueue(SQLQueue):
         from queuecore.backends.postgresql_async import open_postgresql
 
         return await open_postgresql(url, ops_options, **options)
+
+    @classmethod
+    @contextmanager
+    def migrating(cls, conn: Connection) -> Iterator[None]:
+        """A lock of the migration's transaction, released by its commit."""
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
+        yield
 
     @classmethod
     def id_sequence(cls, conn: Connection) -> int:

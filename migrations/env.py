@@ -7,13 +7,11 @@ It is driven by `queuecore.migrate()`, which hands over an engine set up by the 
 from __future__ import annotations
 
 from alembic import context
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine
 
+from queuecore.connect import backend_for
 from queuecore.migrate import VERSION_TABLE, include_object
 from queuecore.schema import metadata
-
-# Any fixed number: migrations of one database take turns on this advisory lock.
-PG_MIGRATION_LOCK = 0x71C0_5E11
 
 
 def run_migrations_online() -> None:
@@ -36,11 +34,8 @@ def run_migrations_online() -> None:
                 render_as_batch=connection.dialect.name == "sqlite",
                 compare_type=True,
             )
-            if connection.dialect.name == "postgresql":
-                connection.execute(
-                    text("SELECT pg_advisory_xact_lock(:key)"), {"key": PG_MIGRATION_LOCK}
-                )
-            context.run_migrations()
+            with backend_for(connection.engine.url).migrating(connection):
+                context.run_migrations()
     finally:
         if owned:
             engine.dispose()

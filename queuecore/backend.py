@@ -18,6 +18,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from queuecore.job import Completions
 from queuecore.plans import DriverStep, Hot, Outcome
+from queuecore.statements import LIVE_WALK, Walk
 
 if TYPE_CHECKING:
     from queuecore.job import Job
@@ -36,14 +37,47 @@ class Backend:
     #: The longest pause between two looks of `wait()`: short where polling is all
     #: there is, longer where a notification wakes the waiter anyway.
     wait_pause_cap: ClassVar[float] = 0.5
+    #: A locking read locks every row its scan walks past, not only those it returns
+    #: (InnoDB): the claim then reads its candidates without locks first, and locks
+    #: them by id (`queuecore.claim_steps`), so that it holds up no other job's report.
+    locks_rows_it_walks_past: ClassVar[bool] = False
+    #: `INSERT … ON CONFLICT DO NOTHING` exists: a taken dedupe key writes nothing and
+    #: returns no id. Without it (MariaDB) the insert runs in a savepoint, rolled back
+    #: when `is_duplicate_key` says the key was taken (R02, R27).
+    skips_conflicting_inserts: ClassVar[bool] = True
+    #: An UPDATE or DELETE may read its own table in a subquery (MariaDB refuses it:
+    #: such reads then go through a derived table, or the write waits for locked rows).
+    writes_read_own_table: ClassVar[bool] = True
+    #: The longest text a column may hold, where the database sets one (a key's column
+    #: on MariaDB is a VARCHAR): R22 refuses longer text before anything is written.
+    text_limits: ClassVar[dict[str, int]] = {}
 
     def __init__(self, dialect: Dialect) -> None:
         self.dialect = dialect
+        #: UPDATE … RETURNING exists (SQLAlchemy's own flag for the dialect); without it the
+        #: rows an update wrote are read back in the same transaction.
+        self.update_returning: bool = dialect.update_returning
 
     @staticmethod
     def insert(table: Any) -> Any:
-        """The dialect's INSERT construct (the one with `on_conflict_do_nothing`)."""
+        """The dialect's INSERT construct (with `on_conflict_do_nothing` where
+        `skips_conflicting_inserts`)."""
         raise NotImplementedError
+
+    def walk(self) -> Walk:
+        """How a claim walks the live rows in claim order: the columns of the index that
+        holds them (a partial index where the database has them)."""
+        return LIVE_WALK
+
+    def rolled_back(self, error: Exception) -> bool:
+        """Whether the server rolled the whole transaction back under `error` (a
+        deadlock broken, a lock wait that ran out), so running it again is safe."""
+        return False
+
+    def is_duplicate_key(self, error: Exception) -> bool:
+        """Whether a failed INSERT broke the dedupe key's unique constraint (needed only
+        where the database cannot skip conflicting inserts)."""
+        return False
 
     def server_now(self) -> ColumnElement[float] | None:
         """The database server's clock as SQL, or None where the local clock is the default."""

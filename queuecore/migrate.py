@@ -13,13 +13,15 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import URL, Engine
+from sqlalchemy import URL, Engine, MetaData
 from sqlalchemy.exc import OperationalError
 
 from queuecore.errors import DatabaseUnreachableError, NotMigratedError, SchemaTooNewError
 from queuecore.schema import metadata
 
 VERSION_TABLE = "queuecore_alembic_version"
+#: The revisions SQLite and PostgreSQL share (`migrations/versions`).
+DEFAULT_CHAIN = "versions"
 
 
 def include_object(
@@ -37,15 +39,40 @@ def include_object(
 def alembic_config(engine: Engine | None = None) -> Config:
     """Alembic's view of queuecore's migrations, run on `engine` (the engine is handed to
     migrations/env.py, so no URL is written down); public for tests that step through
-    revisions one at a time."""
+    revisions one at a time. Each backend names its chain of revisions (`migrations/`
+    `versions/` for SQLite and PostgreSQL, `mariadb/` for MariaDB, whose table is built
+    differently from its first revision on)."""
+    root = resources.files("queuecore.migrations")
     cfg = Config()
-    cfg.set_main_option("script_location", str(resources.files("queuecore.migrations")))
+    cfg.set_main_option("script_location", str(root))
+    cfg.set_main_option("path_separator", "os")
+    cfg.set_main_option("version_locations", str(root / migration_chain(engine)))
     cfg.attributes["engine"] = engine
     return cfg
 
 
-def head_revision() -> str:
-    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+def migration_chain(engine: Engine | None) -> str:
+    """The folder of the revisions for `engine`'s backend (the shared chain without one)."""
+    if engine is None:
+        return DEFAULT_CHAIN
+    from queuecore.connect import backend_for
+
+    chain: str = getattr(backend_for(engine.url), "migration_chain", DEFAULT_CHAIN)
+    return chain
+
+
+def models(engine: Engine) -> MetaData:
+    """The models the migrations of `engine`'s backend build (what a drift check compares
+    the database with): `queuecore.schema`'s, or the backend's own `metadata`."""
+    from queuecore.connect import backend_for
+
+    own: MetaData = getattr(backend_for(engine.url), "metadata", metadata)
+    return own
+
+
+def head_revision(engine: Engine | None = None) -> str:
+    """The newest revision of `engine`'s chain (of the shared chain without one)."""
+    head = ScriptDirectory.from_config(alembic_config(engine)).get_current_head()
     assert head is not None, "queuecore ships at least one migration"
     return head
 
@@ -82,7 +109,7 @@ def migrate(bind: str | URL | Engine, **options: Any) -> str:
     try:
         _refuse_newer(engine)
         command.upgrade(alembic_config(engine), "head")
-        return head_revision()
+        return head_revision(engine)
     finally:
         if owned:
             engine.dispose()
@@ -91,7 +118,7 @@ def migrate(bind: str | URL | Engine, **options: Any) -> str:
 def ensure_schema(engine: Engine, *, migrate: bool) -> None:
     """Check at connect that the schema is the one this code was written for."""
     current = _refuse_newer(engine)
-    if current == head_revision():
+    if current == head_revision(engine):
         return
     if migrate:
         command.upgrade(alembic_config(engine), "head")
@@ -99,7 +126,7 @@ def ensure_schema(engine: Engine, *, migrate: bool) -> None:
     dsn = engine.url.render_as_string(hide_password=True)
     state = "has no queuecore schema" if current is None else f"is at revision {current}"
     raise NotMigratedError(
-        f"the database {dsn} {state}; this queuecore needs revision {head_revision()}. "
+        f"the database {dsn} {state}; this queuecore needs revision {head_revision(engine)}. "
         f"Run: queuecore migrate --dsn '{dsn}'  (or queuecore.migrate(dsn) from Python)"
     )
 
@@ -108,12 +135,12 @@ def _refuse_newer(engine: Engine) -> str | None:
     current = current_revision(engine)
     if current is None:
         return None
-    script = ScriptDirectory.from_config(alembic_config())
+    script = ScriptDirectory.from_config(alembic_config(engine))
     known = {rev.revision for rev in script.walk_revisions()}
     if current not in known:
         raise SchemaTooNewError(
             f"the database is at queuecore schema revision {current}, which this version of "
-            f"queuecore does not know (newest known: {head_revision()}); it was migrated by a "
-            "newer queuecore. Upgrade queuecore instead of running an older one against it."
+            f"queuecore does not know (newest known: {head_revision(engine)}); it was migrated "
+            "by a newer queuecore. Upgrade queuecore instead of running an older one against it."
         )
     return current

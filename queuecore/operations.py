@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from sqlalchemy import Double, bindparam
 
-from queuecore import programs, shaping, tracing, validate
+from queuecore import claim_steps, programs, shaping, tracing, validate
 from queuecore.backend import Backend
 from queuecore.backoff import Backoff
 from queuecore.job import Completions, EnqueueResult, Job, JobSnapshot, to_datetime
@@ -74,7 +74,24 @@ class Operations(StatementSet):
 
     # --- producing -------------------------------------------------------------------
 
+    def _fits(self, row: dict[str, Any], *names: str) -> dict[str, Any]:
+        """R22: text longer than the database's column holds is refused before writing."""
+        for name in names:
+            limit, value = self.backend.text_limits.get(name), row[name]
+            if limit is not None and value is not None and len(value) > limit:
+                raise ValueError(
+                    f"{name} is {len(value)} characters long; this database holds at most {limit}"
+                )
+        return row
+
     def _row(
+        self, kind: str, payload: object, queue: str, priority: int, max_attempts: int | None
+    ) -> dict[str, Any]:
+        return self._fits(
+            self._values(kind, payload, queue, priority, max_attempts), "kind", "queue"
+        )
+
+    def _values(
         self, kind: str, payload: object, queue: str, priority: int, max_attempts: int | None
     ) -> dict[str, Any]:
         return {
@@ -116,6 +133,7 @@ class Operations(StatementSet):
         if conn is None and row["dedupe_key"] is None:  # a web request's path: one statement
             hot = self.hot_enqueue_in if run_at is None else self.hot_enqueue_at
             return Hot([(hot, self.params(**row))], _created)
+        self._fits(row, "dedupe_key")
         return Tx(programs.insert_deduplicated(self, stmt, row), conn=conn)
 
     def enqueue_many(
@@ -149,7 +167,7 @@ class Operations(StatementSet):
         limit: int = 1,
         queues: Sequence[str] | None = None,
         kinds: Sequence[str] | None = None,
-    ) -> Hot[list[Job]]:
+    ) -> Hot[list[Job]] | Tx[list[Job]]:
         validate.text("worker", worker)
         limit = validate.at_least("limit", limit, 1)
         params = self.params(
@@ -174,6 +192,9 @@ class Operations(StatementSet):
             kind_count = len(wanted)
             for i, kind in enumerate(wanted):
                 params[f"kind_{i}"] = validate.kind(kind)
+        if self.backend.locks_rows_it_walks_past:
+            steps = self.claim_steps(queue_count, kind_count)
+            return Tx(claim_steps.claim(self, steps, params, limit))
         plan = self.claim_plan(limit == 1, queue_count, kind_count)
         handed: list[tuple[Any, ...]] = []
 
@@ -190,7 +211,7 @@ class Operations(StatementSet):
             # attempt (R08) and dropped them: it looks again for the room they took, after
             # them in claim order. Each pass writes at least one such row, so this ends.
             if len(live) == len(rows) or len(handed) >= limit:
-                return [_job(r, params["token"]) for r in handed]
+                return [shaping.claimed_job(r, params["token"]) for r in handed]
             params["limit"] = limit - len(handed)
             return again
 
@@ -268,14 +289,16 @@ class Operations(StatementSet):
 
     def heartbeat(self, job: Job) -> Hot[bool]:
         def finish(outcomes: list[Outcome]) -> bool:
-            rows = outcomes[0][1]
-            if not rows:
+            # The lease's end is the last step's row: the UPDATE's own RETURNING, or a
+            # read after an UPDATE that must then have passed the fence itself.
+            rows = outcomes[-1][1]
+            if not rows or (len(outcomes) > 1 and outcomes[0][0] != 1):
                 return False
             job.lease_expires_at = to_datetime(rows[0][0])
             return True
 
         params = self.fence(job, lease_seconds=self.lease_seconds)
-        return Hot([(self.hot_heartbeat, params)], finish)
+        return Hot([(step, params) for step in self.hot_heartbeat], finish)
 
     def release(self, job: Job) -> Hot[bool]:
         return Hot([(self.hot_release, self.fence(job))], _changed)
@@ -291,15 +314,16 @@ class Operations(StatementSet):
 
     def requeue_dead(self, ids: Iterable[int] | None = None) -> Tx[list[int]] | Ready[list[int]]:
         if ids is None:
-            stmt, params = self.stmt_requeue_all, self.params()
+            stmt, params, by_id = self.stmt_requeue_all, self.params(), False
         else:
             if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
                 raise TypeError(f"ids must be an iterable of job ids, or None for all: {ids!r}")
             wanted = [validate.job_id(i) for i in ids]
             if not wanted:
                 return Ready([])
-            stmt, params = self.stmt_requeue_ids, self.params(ids=wanted)
-        return Tx(programs.requeue(self, stmt, params))
+            stmt, params, by_id = self.stmt_requeue_ids, self.params(ids=wanted), True
+        pick = None if self.backend.update_returning else self.stmt_requeue_pick[by_id]
+        return Tx(programs.requeue(self, stmt, params, pick))
 
     def stats(self, queue: str | None = None) -> Tx[dict[str, Any]]:
         return Tx(programs.count(self, queue), write=False)
@@ -368,22 +392,6 @@ class OptionsView:
     @max_result_bytes.setter
     def max_result_bytes(self, value: int) -> None:
         self.ops.max_result_bytes = value
-
-
-def _job(r: tuple[Any, ...], token: str) -> Job:
-    return Job(
-        id=r[ID],
-        kind=r[shaping.KIND],
-        payload=r[shaping.PAYLOAD],
-        queue=r[shaping.QUEUE],
-        priority=r[PRIORITY],
-        attempts=r[shaping.ATTEMPTS],
-        max_attempts=r[shaping.MAX_ATTEMPTS],
-        lease_token=token,
-        lease_expires_at=to_datetime(r[shaping.VISIBLE_AT]),
-        trace_context=r[shaping.TRACE_CONTEXT],
-        ready_at=to_datetime(r[READY_AT]),
-    )
 
 
 def _created(outcomes: list[Outcome]) -> EnqueueResult:

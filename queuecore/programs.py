@@ -25,7 +25,7 @@ def changed_one(run: Run) -> Program[bool]:
 def insert_deduplicated(ops: Operations, stmt: Any, row: dict[str, Any]) -> Program[EnqueueResult]:
     # The existing row may be purged between the two statements: then insert again.
     while True:
-        new_id = (yield Run(stmt, ops.params(**row))).scalar()
+        new_id = yield from _insert_unless_taken(ops, stmt, row)
         if new_id is not None:
             for announce in ops.backend.announce(row["queue"]):
                 yield Run(*announce)
@@ -35,6 +35,25 @@ def insert_deduplicated(ops: Operations, stmt: Any, row: dict[str, Any]) -> Prog
         if existing is not None:
             shaping.same_work(row, existing)
             return EnqueueResult(id=existing.id, created=False)
+
+
+def _insert_unless_taken(ops: Operations, stmt: Any, row: dict[str, Any]) -> Program[int | None]:
+    """The new job's id, or None when its dedupe key is taken. Where a conflicting insert
+    cannot be skipped (MariaDB), the plain insert runs in a savepoint, rolled back when
+    the key was taken: the caller's transaction (R03) goes on, with nothing of it left."""
+    if ops.backend.skips_conflicting_inserts:
+        new_id: int | None = (yield Run(stmt, ops.params(**row))).scalar()
+        return new_id
+    yield Savepoint.BEGIN
+    try:
+        new_id = (yield Run(stmt, ops.params(**row))).scalar_one()
+    except Exception as error:
+        yield Savepoint.ROLLBACK
+        if not ops.backend.is_duplicate_key(error):
+            raise
+        return None
+    yield Savepoint.COMMIT
+    return new_id
 
 
 def insert_many(ops: Operations, params: list[dict[str, Any]], queue: str) -> Program[list[int]]:
@@ -78,9 +97,17 @@ def complete_each(
     return outcome
 
 
-def requeue(ops: Operations, stmt: Any, params: dict[str, Any]) -> Program[list[int]]:
+def requeue(
+    ops: Operations, stmt: Any, params: dict[str, Any], pick: Any = None
+) -> Program[list[int]]:
+    """`pick`: where an UPDATE returns nothing, the ids are read (and locked) first."""
     yield Run(ops.stmt_retire, ops.params())  # R08's dead, written first
-    return sorted((yield Run(stmt, params)).scalars())
+    if pick is None:
+        return sorted((yield Run(stmt, params)).scalars())
+    picked = sorted((yield Run(pick, params)).scalars())
+    if picked:
+        yield Run(stmt, {**params, "picked": picked})
+    return picked
 
 
 def count(ops: Operations, queue: str | None) -> Program[dict[str, Any]]:

@@ -6,6 +6,9 @@ and whether running it again could apply it twice:
 
 - The connection died before the commit was sent (at connect, or during a statement):
   the server rolled the transaction back, so a second run is the only one that counts.
+- The server rolled the transaction back to break a deadlock, or a lock wait ran out
+  (`Backend.rolled_back`): nothing was written, the connection lives, and a second run
+  is safe; it is logged at DEBUG, as no outage.
 - It died while committing: the commit may or may not have landed. Only operations
   whose second run cannot apply anything twice are run again. The fenced reports
   (complete, fail, heartbeat, release): a landed commit cleared the token or moved the
@@ -146,14 +149,20 @@ def _pause_before_retry(
     name: str,
     safe: Callable[[Mapping[str, Any]], bool] | bool,
     kwargs: Mapping[str, Any],
-    outage: Outage,
+    queue: Any,
     pauses: Iterator[float],
 ) -> float:
     """How long to wait before running `name` again after `exc`; raises when it must not
-    run again (not a lost connection, a commit that may have landed, no tries left)."""
+    run again (neither a lost connection nor a transaction the server rolled back, a
+    commit that may have landed, no tries left)."""
     lost = getattr(exc, LOST, None)
     if lost is None:
-        raise exc
+        pause = next(pauses, None) if queue.backend.rolled_back(exc) else None
+        if pause is None:
+            raise exc
+        log.debug("queuecore: %s rolled back by the server, run again: %s", name, exc.orig)
+        return pause
+    outage: Outage = queue._outage
     outage.noticed(f"{lost} of {name}", exc)
     if lost == "during commit" and not (safe(kwargs) if callable(safe) else safe):
         raise OutcomeUnknownError(
@@ -171,7 +180,8 @@ def reconnecting(*, after_commit: Callable[[Mapping[str, Any]], bool] | bool) ->
     """Run the method again when its connection died. `after_commit` says whether that
     is safe when the commit was in flight (a predicate receives the keyword arguments).
     A call inside the caller's own transaction (`conn=`) is the caller's to retry.
-    The instance's `_outage` (an `Outage`) hears of every loss and every success.
+    The instance's `_outage` (an `Outage`) hears of every loss and every success, and its
+    `backend` says which errors are a transaction the server rolled back.
     Coroutine methods (the async queue's) are retried the same way, awaiting their pauses."""
 
     def decorate(method: F) -> F:
@@ -187,9 +197,7 @@ def reconnecting(*, after_commit: Callable[[Mapping[str, Any]], bool] | bool) ->
                     try:
                         result = await method(self, *args, **kwargs)
                     except DBAPIError as exc:
-                        pause = _pause_before_retry(
-                            exc, name, after_commit, kwargs, self._outage, pauses
-                        )
+                        pause = _pause_before_retry(exc, name, after_commit, kwargs, self, pauses)
                     else:
                         self._outage.over()
                         return result
@@ -206,9 +214,7 @@ def reconnecting(*, after_commit: Callable[[Mapping[str, Any]], bool] | bool) ->
                 try:
                     result = method(self, *args, **kwargs)
                 except DBAPIError as exc:
-                    pause = _pause_before_retry(
-                        exc, name, after_commit, kwargs, self._outage, pauses
-                    )
+                    pause = _pause_before_retry(exc, name, after_commit, kwargs, self, pauses)
                 else:
                     self._outage.over()
                     return result

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from queuecore.errors import DedupeConflict
-from queuecore.job import JobSnapshot, to_datetime
+from queuecore.job import Job, JobSnapshot, to_datetime
 
 # Where the columns of `statements.JOB_COLUMNS` (then `state`, `ready_at`) sit in a claim's rows.
 (
@@ -24,6 +24,23 @@ from queuecore.job import JobSnapshot, to_datetime
     STATE,
     READY_AT,
 ) = range(11)
+
+
+def claimed_job(r: Any, token: str) -> Job:
+    """A claim's row (`statements.CLAIM_RETURNS`) as the job handed to the worker."""
+    return Job(
+        id=r[ID],
+        kind=r[KIND],
+        payload=r[PAYLOAD],
+        queue=r[QUEUE],
+        priority=r[PRIORITY],
+        attempts=r[ATTEMPTS],
+        max_attempts=r[MAX_ATTEMPTS],
+        lease_token=token,
+        lease_expires_at=to_datetime(r[VISIBLE_AT]),
+        trace_context=r[TRACE_CONTEXT],
+        ready_at=to_datetime(r[READY_AT]),
+    )
 
 
 def snapshot(row: Any) -> JobSnapshot:

@@ -10,7 +10,7 @@ A backend subclasses `SQLQueue` for the engine, the id sequence and LISTEN, and 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
 from typing import Any, ClassVar, Literal
 
@@ -98,6 +98,12 @@ class SQLQueue(OptionsView):
         """What `wait()` sleeps on between two looks at the job: here a plain sleep (it
         polls); a backend that can notify wakes it when the job finishes."""
         return Sleep()
+
+    @classmethod
+    def migrating(cls, conn: Connection) -> AbstractContextManager[object]:
+        """Held while migrations run on `conn`, so that two processes migrating one
+        database take turns (SQLite: its write lock, which the migration's BEGIN takes)."""
+        return nullcontext()
 
     @classmethod
     def id_sequence(cls, conn: Connection) -> int:

@@ -12,6 +12,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from queuecore import statements
 from queuecore.backend import Backend
+from queuecore.claim_steps import ClaimSteps, build
 from queuecore.compiled import Compiled
 from queuecore.schema import CANCELLED, DEAD, DONE, jobs
 
@@ -32,26 +33,43 @@ class StatementSet:
 
     def build_statements(self, now: ColumnElement[float]) -> None:
         s = statements
+        returning, subquery = self.backend.update_returning, self.backend.writes_read_own_table
         self.stmt_complete = s.complete(now)
         self.stmt_complete_result = s.complete_with_result(now)
-        self.stmt_requeue_all = s.requeue_dead(now, by_id=False)
-        self.stmt_requeue_ids = s.requeue_dead(now, by_id=True)
-        self.stmt_live_counts = s.live_counts(now)
+        self.stmt_requeue_all = s.requeue_dead(now, by_id=False, returning=returning)
+        self.stmt_requeue_ids = s.requeue_dead(now, by_id=True, returning=returning)
+        #: Where an UPDATE returns nothing: the ids each requeue takes, read first.
+        self.stmt_requeue_pick = {
+            False: s.dead_to_requeue(by_id=False),
+            True: s.dead_to_requeue(by_id=True),
+        }
+        self.stmt_live_counts = s.live_counts(now, self.backend.walk())
         self.stmt_dead_counts = s.dead_counts()
         self.stmt_cancelled_counts = s.cancelled_counts()
         self.stmt_get = s.get(now)
         self.stmt_dead_all = s.dead_jobs(now, by_queue=False)
         self.stmt_dead_in_queue = s.dead_jobs(now, by_queue=True)
-        self.stmt_retire = s.retire(now)
+        self.stmt_retire = s.retire(now, subquery=subquery)
         self.stmt_cancel = s.cancel(now)
-        self.stmt_purge = {name: s.purge_batch(now, state) for name, state in PURGEABLE.items()}
+        self.stmt_purge = {
+            name: s.purge_batch(now, state, subquery=subquery) for name, state in PURGEABLE.items()
+        }
         self.stmt_now = select(now)
         self._plans: dict[tuple[bool, int | None, int | None], ClaimPlan] = {}
+        self._steps: dict[tuple[int | None, int | None], ClaimSteps] = {}
         self.hot_complete = self.compile(self.stmt_complete)
         self.hot_complete_result = self.compile(self.stmt_complete_result)
         self.hot_fail_retry = self.compile(s.fail_retry(now))
         self.hot_fail_dead = self.compile(s.fail_dead(now))
-        self.hot_heartbeat = self.compile(s.heartbeat(now))
+        #: The heartbeat, then (where an UPDATE returns nothing) the read of its lease's end.
+        self.hot_heartbeat = tuple(
+            self.compile(step)
+            for step in (
+                [s.heartbeat(now)]
+                if returning
+                else [s.heartbeat(now, returning=False), s.lease_end()]
+            )
+        )
         self.hot_release = self.compile(s.release(now))
         fresh = {"visible_at": now + bindparam("delay", type_=Double), "created_at": now}
         at = {"visible_at": bindparam("run_at", type_=Double), "created_at": now}
@@ -69,17 +87,29 @@ class StatementSet:
         self.stmt_dedupe_lookup = select(jobs.c.id, jobs.c.kind, jobs.c.payload).where(
             jobs.c.dedupe_key == bindparam("dedupe_key")
         )
+        if not self.backend.skips_conflicting_inserts:
+            # After a duplicate key in a savepoint: a plain read in the caller's older
+            # snapshot (REPEATABLE READ) could miss the row that took the key.
+            self.stmt_dedupe_lookup = self.stmt_dedupe_lookup.with_for_update(read=True)
 
     def _enqueue_statement(self, times: Mapping[str, Any]) -> Any:
-        return (
-            self.backend.insert(jobs)
-            .values(**times)
-            .on_conflict_do_nothing(index_elements=[jobs.c.dedupe_key])
-            .returning(jobs.c.id)
-        )
+        """The insert of a job that may carry a dedupe key: where the database can, one
+        that writes nothing when the key is taken (else a savepoint covers it)."""
+        stmt = self.backend.insert(jobs).values(**times)
+        if self.backend.skips_conflicting_inserts:
+            stmt = stmt.on_conflict_do_nothing(index_elements=[jobs.c.dedupe_key])
+        return stmt.returning(jobs.c.id)
 
     def compile(self, statement: ClauseElement) -> Compiled:
         return Compiled(statement, self.backend.dialect)
+
+    def claim_steps(self, queue_count: int | None, kind_count: int | None) -> ClaimSteps:
+        """The statements of a claim in steps (`queuecore.claim_steps`) for this shape."""
+        steps = self._steps.get((queue_count, kind_count))
+        if steps is None:
+            steps = build(self.now_sql, self.backend.walk(), queue_count, kind_count)
+            self._steps[(queue_count, kind_count)] = steps
+        return steps
 
     def claim_plan(self, one: bool, queue_count: int | None, kind_count: int | None) -> ClaimPlan:
         """The claim's statements for this shape, compiled on first use."""

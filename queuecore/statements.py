@@ -6,7 +6,7 @@ when the clock is the client's (or a fake one), the server's clock on PostgreSQL
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sqlalchemy import (
     ARRAY,
@@ -81,7 +81,7 @@ def lease_lost(now: Now) -> ColumnElement[bool]:
     return IS_RUNNING & (jobs.c.visible_at <= now) & (jobs.c.attempts >= jobs.c.max_attempts)
 
 
-def _dead_values() -> dict[str, ColumnElement[object]]:
+def dead_values() -> dict[str, ColumnElement[object]]:
     """What R08's dead state is, column by column, computed from the row itself: its
     finish is the end of its lease, whenever the state is written, so written and unwritten
     look the same."""
@@ -96,7 +96,7 @@ def _dead_values() -> dict[str, ColumnElement[object]]:
 def seen(now: Now) -> list[ColumnElement[object]]:
     """Every column of the jobs table as a read must report it (R08)."""
     lost = lease_lost(now)
-    dead = _dead_values()
+    dead = dead_values()
     return [
         case((lost, dead[c.name]), else_=c).label(c.name) if c.name in dead else c for c in jobs.c
     ]
@@ -106,11 +106,15 @@ def seen_state(now: Now) -> ColumnElement[str]:
     return case((lease_lost(now), DEAD), else_=jobs.c.state)
 
 
-def retire(now: Now) -> Update:
+def retire(now: Now, *, subquery: bool = True) -> Update:
     """Writes R08's dead state on every row that has it unwritten, for the operations
-    that change dead rows (`requeue_dead`, `purge`): reads never need it."""
+    that change dead rows (`requeue_dead`, `purge`): reads never need it. The rows other
+    transactions hold are passed over (`subquery`); where a write cannot read its own
+    table in a subquery (MariaDB), it waits for them instead."""
+    if not subquery:
+        return update(jobs).where(lease_lost(now)).values(**dead_values())
     expired = select(jobs.c.id).where(lease_lost(now)).with_for_update(skip_locked=True)
-    return update(jobs).where(jobs.c.id.in_(expired.scalar_subquery())).values(**_dead_values())
+    return update(jobs).where(jobs.c.id.in_(expired.scalar_subquery())).values(**dead_values())
 
 
 def ready(now: Now) -> ColumnElement[bool]:
@@ -118,10 +122,22 @@ def ready(now: Now) -> ColumnElement[bool]:
     return LIVE & (jobs.c.visible_at <= now) & (jobs.c.attempts < jobs.c.max_attempts)
 
 
-def due(now: Now) -> ColumnElement[bool]:
+class Walk(NamedTuple):
+    """How a claim walks the live rows in claim order (R05), as the live-rows index has
+    them: `live` selects them, `order` is the index's order."""
+
+    live: ColumnElement[bool]
+    order: tuple[ColumnElement[Any], ...]
+
+
+#: Where partial indexes hold the live rows only (SQLite, PostgreSQL).
+LIVE_WALK = Walk(LIVE, (jobs.c.priority, jobs.c.visible_at, jobs.c.id))
+
+
+def due(now: Now, walk: Walk = LIVE_WALK) -> ColumnElement[bool]:
     """What a claim walks: every live row whose time has come, leases lost on the last
     attempt included, so that the claim itself writes them dead (`_claimed`)."""
-    return LIVE & (jobs.c.visible_at <= now)
+    return walk.live & (jobs.c.visible_at <= now)
 
 
 #: The claim's size as the caller gives it.
@@ -134,7 +150,11 @@ ONE: ColumnClause[int] = literal_column("1")
 
 
 def picked(
-    now: Now, queue_count: int | None, limit: ColumnElement[int], kind_count: int | None = None
+    now: Now,
+    queue_count: int | None,
+    limit: ColumnElement[int],
+    kind_count: int | None = None,
+    walk: Walk = LIVE_WALK,
 ) -> AnySelect:
     """R05: the ready jobs in claim order, at most `limit`, locked against other claims
     (`FOR UPDATE SKIP LOCKED`; SQLite drops it: its write lock already serialises claims).
@@ -143,16 +163,19 @@ def picked(
     the kinds filter's (R23, binds `kind_0` …), so each shape is one fixed SQL string
     that can be compiled once and prepared by the server. The kinds filter is checked
     on the rows the live-rows index yields: no index of its own is needed (R19)."""
-    stmt = select(jobs.c.id, jobs.c.visible_at).where(due(now))
+    stmt = filtered(
+        select(jobs.c.id, jobs.c.visible_at).where(due(now, walk)), queue_count, kind_count
+    )
+    return stmt.order_by(*walk.order).limit(limit).with_for_update(skip_locked=True)
+
+
+def filtered(stmt: AnySelect, queue_count: int | None, kind_count: int | None) -> AnySelect:
+    """A claim's queues and kinds filters (R23), as bound `queue_0`, … and `kind_0`, …"""
     if queue_count is not None:
         stmt = stmt.where(jobs.c.queue.in_([bindparam(f"queue_{i}") for i in range(queue_count)]))
     if kind_count is not None:
         stmt = stmt.where(jobs.c.kind.in_([bindparam(f"kind_{i}") for i in range(kind_count)]))
-    return (
-        stmt.order_by(jobs.c.priority, jobs.c.visible_at, jobs.c.id)
-        .limit(limit)
-        .with_for_update(skip_locked=True)
-    )
+    return stmt
 
 
 def _claimed(now: Now) -> dict[str, object]:
@@ -167,7 +190,7 @@ def _claimed(now: Now) -> dict[str, object]:
         "worker": bindparam("claimant"),
     }
     lost = IS_RUNNING & (jobs.c.attempts >= jobs.c.max_attempts)
-    dead = _dead_values()
+    dead = dead_values()
     written: dict[str, object] = {
         name: case((lost, dead.get(name, jobs.c[name])), else_=claimed.get(name, jobs.c[name]))
         for name in {**claimed, **dead}
@@ -294,12 +317,21 @@ def fail_dead(now: Now) -> Update:
     )
 
 
-def heartbeat(now: Now) -> Update:
-    return (
+def heartbeat(now: Now, *, returning: bool = True) -> Update:
+    """The lease's new end comes back with it, or from `lease_end` where an UPDATE
+    cannot return rows (MariaDB)."""
+    stmt = (
         update(jobs)
         .where(_fenced(now))
         .values(visible_at=now + bindparam("lease_seconds", type_=Double))
-        .returning(jobs.c.visible_at)
+    )
+    return stmt.returning(jobs.c.visible_at) if returning else stmt
+
+
+def lease_end() -> AnySelect:
+    """The lease's end as the heartbeat just wrote it, read in the same transaction."""
+    return select(jobs.c.visible_at).where(
+        jobs.c.id == bindparam("job_id"), jobs.c.lease_token == bindparam("token")
     )
 
 
@@ -312,18 +344,29 @@ def release(now: Now) -> Update:
     )
 
 
-def requeue_dead(now: Now, *, by_id: bool) -> Update:
+def requeue_dead(now: Now, *, by_id: bool, returning: bool = True) -> Update:
+    """Where an UPDATE cannot return rows (MariaDB) the ids are `dead_to_requeue`'s, read
+    first and passed as `picked`."""
     stmt = update(jobs).where(jobs.c.state == DEAD)
     if by_id:
         stmt = stmt.where(jobs.c.id.in_(bindparam("ids", expanding=True)))
-    return stmt.values(
-        state=QUEUED, attempts=0, visible_at=now, finished_at=None, lease_token=None
-    ).returning(jobs.c.id)
+    if not returning:
+        stmt = stmt.where(jobs.c.id.in_(bindparam("picked", expanding=True)))
+    stmt = stmt.values(state=QUEUED, attempts=0, visible_at=now, finished_at=None, lease_token=None)
+    return stmt.returning(jobs.c.id) if returning else stmt
 
 
-def live_counts(now: Now) -> AnySelect:
-    """Per queue, kind and state: counts over live rows only (R16), served by the partial
-    index. By kind too, so that a kind no worker serves shows up (W2)."""
+def dead_to_requeue(*, by_id: bool) -> AnySelect:
+    """The dead rows `requeue_dead` is to take, locked until it has."""
+    stmt = select(jobs.c.id).where(jobs.c.state == DEAD)
+    if by_id:
+        stmt = stmt.where(jobs.c.id.in_(bindparam("ids", expanding=True)))
+    return stmt.with_for_update()
+
+
+def live_counts(now: Now, walk: Walk = LIVE_WALK) -> AnySelect:
+    """Per queue, kind and state: counts over live rows only (R16), served by the index
+    the claim walks. By kind too, so that a kind no worker serves shows up (W2)."""
     is_ready = ready(now)
     state = seen_state(now)  # a lease lost on the last attempt counts as dead (R08)
     return (
@@ -332,10 +375,11 @@ def live_counts(now: Now) -> AnySelect:
             jobs.c.kind,
             state.label("state"),
             func.count().label("jobs"),
-            func.count().filter(is_ready).label("ready"),
-            (now - func.min(jobs.c.visible_at).filter(is_ready)).label("oldest_ready_age"),
+            # CASE rather than FILTER, which MariaDB lacks: the same on every database.
+            func.count(case((is_ready, 1))).label("ready"),
+            (now - func.min(case((is_ready, jobs.c.visible_at)))).label("oldest_ready_age"),
         )
-        .where(LIVE)
+        .where(walk.live)
         .group_by(jobs.c.queue, jobs.c.kind, state)
     )
 
@@ -349,8 +393,9 @@ def cancelled_counts() -> AnySelect:
     return select(jobs.c.queue, func.count()).where(IS_CANCELLED).group_by(jobs.c.queue)
 
 
-def purge_batch(now: Now, state: ColumnElement[str]) -> Delete:
-    """One short transaction's worth of finished rows (R17)."""
+def purge_batch(now: Now, state: ColumnElement[str], *, subquery: bool = True) -> Delete:
+    """One short transaction's worth of finished rows (R17). Where a write cannot read
+    its own table in a subquery (MariaDB), the batch is read as a derived table."""
     oldest = (
         select(jobs.c.id)
         .where(
@@ -358,6 +403,9 @@ def purge_batch(now: Now, state: ColumnElement[str]) -> Delete:
         )
         .limit(bindparam("batch"))
     )
+    if not subquery:
+        batch = oldest.subquery("oldest")
+        return delete(jobs).where(jobs.c.id.in_(select(batch.c.id)))
     return delete(jobs).where(jobs.c.id.in_(oldest.scalar_subquery()))
 
 
