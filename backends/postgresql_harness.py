@@ -5,82 +5,65 @@ all dropped at the end."""
 
 from __future__ import annotations
 
-import uuid
+from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import sqlalchemy as sa
 
-import queuecore
-from queuecore.conformance.harness import Harness, Unavailable
+from queuecore.conformance.harness import PRIMARY_KEY, Plan, Unavailable
 from queuecore.conformance.postgresql_server import find_or_start_postgres
+from queuecore.conformance.server_harness import ServerHarness
 from queuecore.schema import jobs
 
 
-class PostgresHarness(Harness):
+class PostgresHarness(ServerHarness):
     name: ClassVar[str] = "postgresql"
-    capabilities: ClassVar[frozenset[str]] = frozenset({"listen"})
+    capabilities: ClassVar[frozenset[str]] = frozenset({"listen", "shared_chain"})
     server_clock_sql: ClassVar[str | None] = "clock_timestamp()"
+    product: ClassVar[str] = "PostgreSQL"
+    version_sql: ClassVar[str] = "SHOW server_version"
+    empty_sql: ClassVar[str] = f"TRUNCATE {jobs.name} RESTART IDENTITY"
+    drop_sql: ClassVar[str] = "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
 
     def __init__(self) -> None:
+        super().__init__()
         self._servers = ExitStack()
-        self._admin: sa.Engine | None = None
-        self._created: list[str] = []
-        self._database: str | None = None
-        self._said: str | None = None
-        #: The server's DSN (its maintenance database), for tests that need one of their own.
-        self.server = ""
 
     def start(self, scratch: Path) -> None:
         dsn, problem = self._servers.enter_context(find_or_start_postgres())
         if dsn is None:
             self._servers.close()
             raise Unavailable(problem or "no server")
-        self.server = dsn
-        self._admin = sa.create_engine(dsn, isolation_level="AUTOCOMMIT")
-        with self._admin.connect() as conn:
-            version = conn.exec_driver_sql("SHOW server_version").scalar()
-        shown = sa.make_url(dsn).render_as_string(hide_password=True)
-        self._said = f"PostgreSQL used: {shown} (server {version})"
-        self._database = self.create()
-        queuecore.migrate(self._database)
-
-    def create(self) -> str:
-        """A new, empty database on the server (dropped at the end of the session)."""
-        assert self._admin is not None, "start() first"
-        name = f"queuecore_test_{uuid.uuid4().hex[:12]}"
-        with self._admin.connect() as conn:
-            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-        self._created.append(name)
-        return sa.make_url(self.server).set(database=name).render_as_string(hide_password=False)
-
-    def fresh(self, scratch: Path) -> str:
-        assert self._database is not None, "start() first"
-        engine = sa.create_engine(self._database)
-        with engine.begin() as conn:
-            conn.execute(sa.text(f"TRUNCATE {jobs.name} RESTART IDENTITY"))
-        engine.dispose()
-        return self._database
-
-    def unmigrated(self, scratch: Path) -> str:
-        return self.create()
+        self.open_server(dsn)
 
     def server_now(self, engine: sa.Engine) -> float:
         with engine.connect() as conn:
             now = conn.execute(sa.text("SELECT extract(epoch FROM clock_timestamp())")).scalar_one()
         return float(now)
 
+    def explain(self, conn: sa.Connection, sql: str, parameters: Any) -> Plan:
+        (document,) = conn.exec_driver_sql(f"EXPLAIN (FORMAT JSON) {sql}", parameters).scalar_one()
+        nodes = list(_nodes(document["Plan"]))
+        indexes = {node["Index Name"] for node in nodes if "Index Name" in node}
+        return Plan(
+            indexes=frozenset(PRIMARY_KEY if i == f"{jobs.name}_pkey" else i for i in indexes),
+            full_scan=any(
+                n["Node Type"] == "Seq Scan" and n.get("Relation Name") == jobs.name for n in nodes
+            ),
+            sorts=any(n["Node Type"] in ("Sort", "Incremental Sort") for n in nodes),
+        )
+
     def unreachable(self, scratch: Path) -> str:
         return "postgresql+psycopg://postgres@127.0.0.1:1/queuecore"  # nothing listens on 1
 
     def stop(self) -> None:
-        if self._admin is not None:
-            with self._admin.connect() as conn:
-                for name in self._created:
-                    conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            self._admin.dispose()
+        super().stop()
         self._servers.close()
 
-    def describe(self) -> str | None:
-        return self._said
+
+def _nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node.get("Plans", ()):
+        yield from _nodes(child)

@@ -4,20 +4,24 @@ test, copied from one migrated for the session (cheaper than migrating each time
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import sqlalchemy as sa
 from queuecore.backends.sqlite import pick_driver
 
 import queuecore
-from queuecore.conformance.harness import Harness
+from queuecore.conformance.harness import PRIMARY_KEY, Harness, Plan
+from queuecore.schema import jobs
 
 
 class SQLiteHarness(Harness):
     name: ClassVar[str] = "sqlite"
-    capabilities: ClassVar[frozenset[str]] = frozenset({"migrates_on_connect"})
+    capabilities: ClassVar[frozenset[str]] = frozenset(
+        {"migrates_on_connect", "shared_chain", "single_writer"}
+    )
 
     def __init__(self) -> None:
         self._template: Path | None = None
@@ -42,6 +46,20 @@ class SQLiteHarness(Harness):
 
     def unreachable(self, scratch: Path) -> str:
         return f"sqlite:///{scratch / 'no-such-folder' / 'jobs.db'}"
+
+    def explain(self, conn: sa.Connection, sql: str, parameters: Any) -> Plan:
+        rows = conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}", parameters).all()
+        details = [row.detail for row in rows]
+        indexes = {
+            PRIMARY_KEY if found == "INTEGER PRIMARY KEY" else found.split()[-1]
+            for detail in details
+            for found in re.findall(r"USING (INTEGER PRIMARY KEY|(?:COVERING )?INDEX \w+)", detail)
+        }
+        return Plan(
+            indexes=frozenset(indexes),
+            full_scan=any(re.fullmatch(rf"SCAN {jobs.name}", d) for d in details),
+            sorts=any("TEMP B-TREE FOR ORDER BY" in d for d in details),
+        )
 
     def engine(self, dsn: str) -> sa.Engine:
         """On the queue's own SQLite library: one library per file and process."""

@@ -9,6 +9,7 @@ it. The in-tree backends register theirs the same way (`backends/*_harness.py`).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, ClassVar
@@ -16,6 +17,19 @@ from typing import Any, ClassVar
 import sqlalchemy as sa
 
 ENTRY_POINTS = "queuecore.harnesses"
+
+
+#: How `Plan.indexes` names a read by primary key, whatever the database calls it.
+PRIMARY_KEY = "primary key"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What R19's tests read of a query plan (`Harness.explain`)."""
+
+    indexes: frozenset[str]  # every index the plan reads the jobs table through
+    full_scan: bool  # the jobs table is read row by row
+    sorts: bool  # results are sorted after reading, instead of read in index order
 
 
 class Unavailable(RuntimeError):
@@ -37,13 +51,36 @@ class Harness:
     #: - "listen": the queue can be listened to (`listen()`, R26; PostgreSQL's
     #:   LISTEN/NOTIFY): an enqueue wakes a worker and a finished job its waiter;
     #: - "migrates_on_connect": `connect` migrates a database that has no schema (the
-    #:   embedded default, SQLite's); without it `connect` refuses and says to migrate.
+    #:   embedded default, SQLite's); without it `connect` refuses and says to migrate;
+    #: - "single_writer": one write lock serialises every write (SQLite's; a test
+    #:   takes it with BEGIN IMMEDIATE); without it writers lock rows;
+    #: - "shared_chain": the schema is built by the revisions SQLite and PostgreSQL
+    #:   share (migrations/versions), whose earlier ones R28's test upgrades from. A
+    #:   backend with a chain of its own has no earlier revision until it adds one.
     capabilities: ClassVar[frozenset[str]] = frozenset()
 
     #: Where the queue's default clock is the database server's (R20): a piece of SQL
     #: that every statement reading that clock carries, so a test can see the client
     #: sent no time of its own. None where the default clock is the local one.
     server_clock_sql: ClassVar[str | None] = None
+
+    #: The indexes a read of the rows of one kind may go through, by role ("live",
+    #: "running", "done", "dead", "cancelled"), where the backend's migrations build
+    #: others than the shared ones (R16, R19's plan checks, the dashboard's). The claim
+    #: itself must read `ix_queuecore_jobs_ready` (or `_by_queue`) on every backend.
+    index_names: ClassVar[dict[str, frozenset[str]]] = {
+        "live": frozenset({"ix_queuecore_jobs_ready", "ix_queuecore_jobs_ready_by_queue"}),
+        "running": frozenset(
+            {
+                "ix_queuecore_jobs_ready",
+                "ix_queuecore_jobs_ready_by_queue",
+                "ix_queuecore_jobs_leases",
+            }
+        ),
+        "done": frozenset({"ix_queuecore_jobs_done"}),
+        "dead": frozenset({"ix_queuecore_jobs_dead"}),
+        "cancelled": frozenset({"ix_queuecore_jobs_cancelled"}),
+    }
 
     def start(self, scratch: Path) -> None:
         """Get a database server (or raise `Unavailable`) and whatever `fresh` copies or
@@ -71,6 +108,15 @@ class Harness:
         """What the queue's default clock reads now, in epoch seconds: the server's clock
         read through `engine` where `server_clock_sql` is set, else the local one."""
         return time.time()
+
+    def explain(self, conn: sa.Connection, sql: str, parameters: Any) -> Plan:
+        """The plan of `sql` (as the driver is sent it, with its parameters): which indexes
+        it reads the jobs table through, whether it scans the table or sorts."""
+        raise NotImplementedError
+
+    def analyze(self, conn: sa.Connection) -> None:
+        """Bring the planner's statistics of the jobs table up to date."""
+        conn.exec_driver_sql("ANALYZE queuecore_jobs")
 
     def stop(self) -> None:
         """Drop what `start`, `fresh` and `unmigrated` made."""

@@ -53,6 +53,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "postgresql_only: the test checks something only PostgreSQL has"
     )
+    config.addinivalue_line("markers", "mariadb_only: the test checks something only MariaDB has")
     names = _names(config.getoption("--queuecore-backends") or config.getini("queuecore_backends"))
     if not names:
         if _runs_the_kit(config):

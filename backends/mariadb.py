@@ -1,0 +1,202 @@
+"""MariaDB (10.5 and newer): many hosts, through mysqlclient by default (ADR 0012).
+
+What differs from the shared statements, each said once by a `Backend` flag: a locking
+scan locks every row it walks past, so the claim goes in steps (`queuecore.claim_steps`);
+there is no UPDATE … RETURNING, no ON CONFLICT DO NOTHING (a dedupe key is taken in a
+savepoint), no partial index (the claim walks the generated column `live_priority`,
+migrations/mariadb), and no write may read its own table in a subquery. There is no
+LISTEN either: idle workers and `wait()` poll.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, ClassVar
+
+import sqlalchemy as sa
+from queuecore.backends import mariadb_schema
+from sqlalchemy import URL, Connection, Double, Engine, Integer, MetaData, event, make_url
+from sqlalchemy.dialects import mysql
+from sqlalchemy.sql.elements import ColumnElement
+
+from queuecore.backend import Backend
+from queuecore.errors import UnknownBackendError
+from queuecore.plans import DriverStep, Outcome
+from queuecore.schema import jobs
+from queuecore.sqlqueue import SQLQueue
+from queuecore.statements import Walk
+
+#: MariaDB's errors: a unique key taken; a deadlock broken; a lock waited for too long.
+DUPLICATE_ENTRY, DEADLOCK, LOCK_WAIT_TIMEOUT = 1062, 1213, 1205
+DEDUPE_KEY = "uq_queuecore_jobs_dedupe_key"
+MIGRATION_LOCK = "queuecore_migrate"
+#: How long a migration waits for another process's to finish (GET_LOCK's seconds).
+MIGRATION_LOCK_SECONDS = 600
+
+#: The generated column the claim walks: a live row's priority, NULL for a finished one.
+LIVE_PRIORITY: ColumnElement[int] = sa.column("live_priority", Integer)
+
+_NEXT_ID = sa.text(
+    "SELECT AUTO_INCREMENT FROM information_schema.TABLES "
+    "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = :table"
+)
+
+
+class MariaDBBackend(Backend):
+    """Reports in autocommit, one statement each; a heartbeat is its UPDATE and the read
+    of the lease's end, in one transaction."""
+
+    insert = staticmethod(mysql.insert)
+    locks_rows_it_walks_past = True
+    skips_conflicting_inserts = False
+    writes_read_own_table = False
+    # The VARCHAR lengths of migrations/mariadb: InnoDB's B-tree keys hold no longer text.
+    text_limits: ClassVar[dict[str, int]] = {"kind": 255, "queue": 255, "dedupe_key": 512}
+
+    def server_now(self) -> ColumnElement[float]:
+        """The server's clock, fixed for the whole statement (NOW(6) is), as a DOUBLE:
+        workers on several hosts share it (R20). Every connection of the queue reads it
+        in UTC (`utc_sessions`), where no local hour repeats."""
+        return sa.literal_column("(UNIX_TIMESTAMP(NOW(6)) + 0e0)", Double)
+
+    def walk(self) -> Walk:
+        """The index (live_priority, visible_at, id) from its first non-NULL entry: the
+        live rows in claim order; the finished ones, all NULL, sit before them unread."""
+        return Walk(LIVE_PRIORITY.is_not(None), (LIVE_PRIORITY, jobs.c.visible_at, jobs.c.id))
+
+    def rolled_back(self, error: Exception) -> bool:
+        """A deadlock rolls the transaction back; a lock wait timeout only its statement,
+        and the queue's transaction then rolls back the rest (nothing is committed)."""
+        return _code(error) in (DEADLOCK, LOCK_WAIT_TIMEOUT)
+
+    def is_duplicate_key(self, error: Exception) -> bool:
+        return _code(error) == DUPLICATE_ENTRY and DEDUPE_KEY in str(getattr(error, "orig", error))
+
+    def prepare_hot_connection(self, conn: Any) -> None:
+        """Autocommit: a single statement is its own transaction, in one round trip."""
+        autocommit = conn.autocommit
+        if callable(autocommit):  # mysqlclient and PyMySQL: a method
+            autocommit(True)
+        else:  # MariaDB Connector/Python: an attribute
+            conn.autocommit = True
+
+    def run_on_driver(self, conn: Any, steps: Sequence[DriverStep]) -> list[Outcome]:
+        cursor = conn.cursor()
+        try:
+            if len(steps) == 1:
+                return [_run(cursor, *steps[0])]
+            cursor.execute("BEGIN")
+            try:
+                outcomes = [_run(cursor, sql, params) for sql, params in steps]
+                cursor.execute("COMMIT")
+            except BaseException:
+                conn.rollback()
+                raise
+            return outcomes
+        finally:
+            cursor.close()
+
+
+class MariaDBQueue(SQLQueue):
+    """MariaDB: the engine (READ COMMITTED, UTC sessions), the AUTO_INCREMENT counter, and
+    the migration chain of its own."""
+
+    backend_class = MariaDBBackend
+    migration_chain: ClassVar[str] = "mariadb"
+    metadata: ClassVar[MetaData] = mariadb_schema.metadata
+
+    def __init__(self, bind: str | URL | Engine, **options: Any) -> None:
+        super().__init__(bind, **options)
+        if not getattr(self.engine.dialect, "is_mariadb", False):  # known once connected
+            self.close()
+            raise UnknownBackendError(
+                f"{self.engine.url.render_as_string(hide_password=True)} is a MySQL server, "
+                "not MariaDB: queuecore's backend needs MariaDB 10.5 or newer (INSERT … "
+                "RETURNING, SKIP LOCKED)"
+            )
+
+    @classmethod
+    def create_engine(cls, bind: str | URL | Engine, **options: Any) -> Engine:
+        """READ COMMITTED, as on PostgreSQL: every statement of a transaction reads what
+        was committed before it, and no gap locks hold up other sessions' inserts."""
+        if isinstance(bind, Engine):
+            utc_sessions(bind)
+            return bind
+        url = make_url(bind)
+        if "charset" not in url.query:  # text is utf8mb4, as the table's columns are
+            url = url.update_query_dict({"charset": "utf8mb4"})
+        options.setdefault("isolation_level", "READ COMMITTED")
+        options.setdefault("pool_recycle", 3600)  # below the server's wait_timeout
+        try:
+            engine = sa.create_engine(url, **options)
+        except ModuleNotFoundError as exc:
+            raise ModuleNotFoundError(
+                f"{exc}; the MariaDB backend needs a driver: pip install 'queuecore[mariadb]' "
+                "(mysqlclient), or write the DSN as mariadb+pymysql://... with PyMySQL"
+            ) from exc
+        utc_sessions(engine)
+        return engine
+
+    @classmethod
+    async def open_async(cls, url: URL, ops_options: dict[str, Any], **options: Any) -> Any:
+        from queuecore.backends.mariadb_async import open_mariadb
+
+        return await open_mariadb(url, ops_options, **options)
+
+    @classmethod
+    def id_sequence(cls, conn: Connection) -> int:
+        """The table's AUTO_INCREMENT is the next id: the last handed out is one less."""
+        next_id = conn.execute(_NEXT_ID, {"table": jobs.name}).scalar()
+        return max(int(next_id or 1) - 1, 0)
+
+    @classmethod
+    def advance_id_sequence(cls, conn: Connection, at_least: int) -> None:
+        """An ALTER TABLE, which MariaDB commits on its own, whatever `conn` has open."""
+        if at_least >= 1 and cls.id_sequence(conn) < at_least:
+            conn.exec_driver_sql(f"ALTER TABLE {jobs.name} AUTO_INCREMENT = {int(at_least) + 1}")
+
+    @classmethod
+    @contextmanager
+    def migrating(cls, conn: Connection) -> Iterator[None]:
+        """A lock of the session, not of a transaction: MariaDB commits each DDL
+        statement, and the lock must outlast every one of them."""
+        got = conn.execute(
+            sa.text("SELECT GET_LOCK(:name, :seconds)"),
+            {"name": MIGRATION_LOCK, "seconds": MIGRATION_LOCK_SECONDS},
+        ).scalar()
+        if got != 1:
+            raise TimeoutError(
+                f"another process has been migrating this database for {MIGRATION_LOCK_SECONDS}"
+                f" s (the lock {MIGRATION_LOCK!r}); try again once it has finished"
+            )
+        try:
+            yield
+        finally:
+            conn.execute(sa.text("SELECT RELEASE_LOCK(:name)"), {"name": MIGRATION_LOCK})
+
+
+def utc_sessions(engine: Engine) -> None:
+    """Every new connection reads NOW() in UTC: UNIX_TIMESTAMP converts it back through the
+    session's time zone, which in a zone with daylight saving time is ambiguous for the
+    hour that repeats in autumn. A caller's engine gets it on its new connections."""
+
+    @event.listens_for(engine, "connect")
+    def _utc(dbapi_connection: Any, record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute("SET time_zone = '+00:00'")
+        cursor.close()
+
+
+def _code(error: Exception) -> int | None:
+    """The server's error number under SQLAlchemy's wrapper (every driver puts it first)."""
+    args = getattr(getattr(error, "orig", error), "args", ())
+    return args[0] if args and isinstance(args[0], int) else None
+
+
+def _run(cursor: Any, sql: str, params: Any) -> Outcome:
+    cursor.execute(sql, params)
+    if cursor.description is None:
+        return cursor.rowcount, [], ()
+    rows = cursor.fetchall()
+    return len(rows), list(rows), tuple(column[1] for column in cursor.description)
