@@ -117,4 +117,4 @@ def test_r22_an_unmigrated_database_is_migrated_at_connect_or_refused_with_what_
     with engine.connect() as conn:
         version = conn.execute(sa.text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
     engine.dispose()
-    assert version == head_revision()
+    assert version == head_revision(engine)

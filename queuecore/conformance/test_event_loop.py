@@ -1,6 +1,7 @@
-"""The async queue never blocks its event loop: while another connection holds SQLite's
-write lock (or, on PostgreSQL, the row locks an operation needs), an awaited enqueue, claim
-or complete waits, and a ticker on the same loop ticks on meanwhile.
+"""The async queue never blocks its event loop: while another connection holds the
+database's one write lock (SQLite's), or the row locks an operation needs (PostgreSQL,
+MariaDB), an awaited enqueue, claim or complete waits, and a ticker on the same loop
+ticks on meanwhile.
 
 The lock is released by the event loop itself (`call_later`): an operation that blocked
 the loop while waiting for the lock would keep the release from ever running. A timer
@@ -70,9 +71,9 @@ async def ticking_through(
     return answer, sum(1 for tick in ticks if start < tick < end)
 
 
-def hold(db: sa.Engine, backend: str, lock: Callable[[sa.Connection], None]) -> Holder:
+def hold(db: sa.Engine, one_writer: bool, lock: Callable[[sa.Connection], None]) -> Holder:
     conn = db.connect()
-    if backend == "sqlite":
+    if one_writer:
         conn.exec_driver_sql("BEGIN IMMEDIATE")  # the write lock, from now on
     lock(conn)
     return Holder(conn)
@@ -92,8 +93,9 @@ def check(holder: Holder, ticked: int) -> None:
     assert ticked > 0, "the ticker never ran while the operation waited"
 
 
-def test_an_awaited_enqueue_claim_and_complete_leave_the_loop_running(dsn, backend, db):
-    if backend == "sqlite":
+def test_an_awaited_enqueue_claim_and_complete_leave_the_loop_running(dsn, harness, db):
+    one_writer = "single_writer" in harness.capabilities
+    if one_writer:
         row_lock: Callable[[sa.Connection], None] = lambda conn: None  # noqa: E731
     else:
 
@@ -102,7 +104,7 @@ def test_an_awaited_enqueue_claim_and_complete_leave_the_loop_running(dsn, backe
 
     async def scenario(queue: Any) -> None:
         job_id = (await queue.enqueue("k", {"n": 0})).id
-        if backend == "postgresql":
+        if not one_writer:
             # An uncommitted row with the same dedupe key makes the insert wait for it.
             def pending(conn: sa.Connection) -> None:
                 conn.execute(
@@ -120,19 +122,19 @@ def test_an_awaited_enqueue_claim_and_complete_leave_the_loop_running(dsn, backe
                     )
                 )
 
-            holder = hold(db, backend, pending)
+            holder = hold(db, one_writer, pending)
             result, ticked = await ticking_through(
                 holder, lambda: queue.enqueue("k", {}, dedupe_key="d")
             )
             assert result.created is False
         else:
-            holder = hold(db, backend, row_lock)
+            holder = hold(db, one_writer, row_lock)
             result, ticked = await ticking_through(holder, lambda: queue.enqueue("k", {"n": 1}))
             assert result.created is True
         check(holder, ticked)
 
-        if backend == "sqlite":  # PostgreSQL's claim skips locked rows: it never waits
-            holder = hold(db, backend, row_lock)
+        if one_writer:  # elsewhere a claim skips locked rows: it never waits
+            holder = hold(db, one_writer, row_lock)
             claimed, ticked = await ticking_through(holder, lambda: queue.claim("w"))
             assert [job.id for job in claimed] == [job_id]
             check(holder, ticked)
@@ -140,7 +142,7 @@ def test_an_awaited_enqueue_claim_and_complete_leave_the_loop_running(dsn, backe
             [claimed_job] = await queue.claim("w")
             claimed = [claimed_job]
 
-        holder = hold(db, backend, row_lock)
+        holder = hold(db, one_writer, row_lock)
         done, ticked = await ticking_through(holder, lambda: queue.complete(claimed[0]))
         assert done is True
         check(holder, ticked)
@@ -148,8 +150,8 @@ def test_an_awaited_enqueue_claim_and_complete_leave_the_loop_running(dsn, backe
     run(dsn, scenario)
 
 
-@pytest.mark.parametrize("backend", ["sqlite"])
-def test_a_blocking_call_on_the_loop_is_caught(dsn, backend, db):
+@pytest.mark.requires("single_writer")
+def test_a_blocking_call_on_the_loop_is_caught(dsn, db):
     """The test's own check: the sync queue, called on the loop as a new user would, is
     reported as blocking it (the timer, not the loop, releases the lock)."""
     sync_queue = queuecore.connect(dsn, busy_timeout=FALLBACK * 2)
@@ -158,7 +160,7 @@ def test_a_blocking_call_on_the_loop_is_caught(dsn, backend, db):
         return sync_queue.enqueue("k", {})
 
     async def scenario(_queue: Any) -> None:
-        holder = hold(db, backend, lambda conn: None)
+        holder = hold(db, True, lambda conn: None)
         await ticking_through(holder, blocking_enqueue)
         with pytest.raises(AssertionError, match="blocked the event loop"):
             check(holder, 0)

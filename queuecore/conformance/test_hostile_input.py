@@ -119,8 +119,8 @@ def test_non_integer_job_id_is_a_type_error(queue, db, call):
 
 
 def test_unknown_dialect_and_garbage_dsn():
-    with pytest.raises(queuecore.UnknownBackendError, match="mysql"):
-        queuecore.connect("mysql://user@localhost/jobs")
+    with pytest.raises(queuecore.UnknownBackendError, match="mssql"):
+        queuecore.connect("mssql+pyodbc://user@localhost/jobs")
     with pytest.raises(ValueError, match="not a database URL"):
         queuecore.connect("this is not a dsn")
     with pytest.raises(ValueError, match="not a database URL"):
@@ -144,7 +144,7 @@ def test_database_migrated_by_a_newer_queuecore_is_refused_untouched(queue, db, 
         assert all_rows(db) == before
     finally:
         with db.begin() as conn:
-            conn.execute(sa.update(version).values(version_num=head_revision()))
+            conn.execute(sa.update(version).values(version_num=head_revision(db)))
 
 
 def test_payload_size_limit(queue, db, make_queue):
