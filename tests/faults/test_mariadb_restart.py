@@ -1,0 +1,103 @@
+"""MariaDB goes away under load, as PostgreSQL does in test_pg_restart.py: worker
+processes drain thousands of jobs while their server restarts (SIGTERM, and a SIGKILL
+that InnoDB recovers from), stays down longer than the queue's own reconnect pauses, or
+has every connection to their database killed (`KILL CONNECTION`). The checks are
+`tests.faults.outage`'s; MariaDB has no LISTEN to come back to.
+
+The server is a `PrivateMariaDB` of this module's own: the machine's is never touched.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+import queuecore
+from tests.faults.mariadb_server import PrivateMariaDB
+from tests.faults.outage import LONG_OUTAGE, WORKERS, drain_through_fault, new_database
+
+pytestmark = [pytest.mark.mariadb_only, pytest.mark.parametrize("backend", ["mariadb"])]
+
+KILL_ROUNDS = 3
+
+Fault = Callable[[PrivateMariaDB, str], None]
+
+
+def restart_fast(server: PrivateMariaDB, _database: str) -> None:
+    server.restart("fast")
+
+
+def restart_immediate(server: PrivateMariaDB, _database: str) -> None:
+    """A crash: InnoDB replays its redo log at the next start."""
+    server.restart("immediate")
+
+
+def long_outage(server: PrivateMariaDB, _database: str) -> None:
+    server.stop("immediate")
+    time.sleep(LONG_OUTAGE)
+    server.start()
+
+
+def kill_every_session(server: PrivateMariaDB, database: str) -> None:
+    """Every connection to the database, a few times over: the server stays up."""
+    admin = sa.create_engine(server.dsn, isolation_level="AUTOCOMMIT")
+    try:
+        for round_ in range(KILL_ROUNDS):
+            if round_:
+                time.sleep(0.5)
+            with admin.connect() as conn:
+                ids = conn.execute(
+                    sa.text(
+                        "SELECT id FROM information_schema.PROCESSLIST "
+                        "WHERE db = :db AND id <> CONNECTION_ID()"
+                    ),
+                    {"db": database},
+                ).scalars()
+                killed = 0
+                for connection_id in list(ids):
+                    try:
+                        conn.exec_driver_sql(f"KILL CONNECTION {int(connection_id)}")
+                        killed += 1
+                    except sa.exc.DBAPIError:  # it ended on its own meanwhile
+                        pass
+            assert killed >= 1 if round_ else killed >= WORKERS
+    finally:
+        admin.dispose()
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[PrivateMariaDB]:
+    with PrivateMariaDB() as running:
+        yield running
+
+
+@pytest.fixture
+def database(server: PrivateMariaDB) -> str:
+    return new_database(server.dsn)
+
+
+@pytest.fixture
+def queue(database: str) -> Iterator[queuecore.Queue]:
+    with queuecore.connect(database) as opened:
+        yield opened
+
+
+@pytest.mark.parametrize(
+    "fault", [restart_fast, restart_immediate, long_outage, kill_every_session]
+)
+def test_workers_outlast_the_fault_and_every_job_ends_right(
+    backend: str,  # only where the run has the mariadb harness
+    server: PrivateMariaDB,
+    database: str,
+    queue: queuecore.Queue,
+    fault: Fault,
+    tmp_path: Path,
+) -> None:
+    def broken() -> None:
+        fault(server, sa.make_url(database).database or "")
+
+    drain_through_fault(database, queue, broken, fault.__name__, tmp_path)
