@@ -10,6 +10,9 @@ plain read, one locked by id with `FOR UPDATE SKIP LOCKED`, then `UPDATE` by id,
 COMMIT) and completes it fenced by its token (`UPDATE`, COMMIT), all times from the
 server's clock (R20), until the queue is empty. Reported: jobs/s (wall) and the client's
 CPU per job, which is the driver's own cost with the server's commit waits taken out.
+queuecore's own loop (`claim` one, `complete` it) runs beside them on mysqlclient, the
+driver it uses, with the hand loop on that driver as its floor: the same rules (R05 to
+R09, the claim in two steps, the server's clock), the same table (the migration's).
 Everything runs in a scratch database `qc_probe_<pid>`, dropped at the end.
 """
 
@@ -174,28 +177,60 @@ def _installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
+def queuecore_loop(queue: Any, jobs: int) -> tuple[float, float]:
+    """The same loop through queuecore's own API on the same table: `enqueue_many`, then
+    `claim` one and `complete` it until none is left; (wall s, CPU s)."""
+    with queue.engine.begin() as conn:
+        conn.exec_driver_sql(f"DELETE FROM {TABLE}")
+    queue.enqueue_many("noop", [{}] * jobs)
+    wall, cpu = time.perf_counter(), time.process_time()
+    done = 0
+    while claimed := queue.claim("bench"):
+        if not queue.complete(claimed[0]):
+            raise AssertionError(f"queuecore: the fenced complete of job {claimed[0].id} missed")
+        done += 1
+    if done != jobs:
+        raise AssertionError(f"queuecore: {done} of {jobs} jobs done")
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
 def measure(server: Any, database: str, jobs: int, rounds: int) -> None:
+    """Each driver's hand loop, and queuecore's on mysqlclient, interleaved, on the table
+    the migration builds (queuecore's row is measured against mysqlclient's, its floor)."""
+    import queuecore
+
     modules = [m for m in DRIVERS if _installed(m)]
+    url = sqlalchemy_url(modules[0], server, database)
+    queuecore.migrate(url)
+    queue = queuecore.connect(url)
     conns = {m: connect(m, server, database) for m in modules}
-    conns[modules[0]].cursor().execute(mariadb_plans.DDL.format(storage="VIRTUAL"))
-    walls: dict[str, list[float]] = {m: [] for m in modules}
-    cpus: dict[str, list[float]] = {m: [] for m in modules}
+    loops: dict[str, Callable[[], tuple[float, float]]] = {
+        m: (lambda m=m: loop(m, conns[m], jobs)) for m in modules
+    }
+    loops["queuecore"] = lambda: queuecore_loop(queue, jobs)
+    walls: dict[str, list[float]] = {name: [] for name in loops}
+    cpus: dict[str, list[float]] = {name: [] for name in loops}
     loop(modules[0], conns[modules[0]], 50)  # warm the table and the buffer pool
     for _ in range(rounds):
-        for m in modules:  # interleaved: a disturbance hits every driver alike
-            wall, cpu = loop(m, conns[m], jobs)
-            walls[m].append(wall)
-            cpus[m].append(cpu)
+        for name, run in loops.items():  # interleaved: a disturbance hits each alike
+            wall, cpu = run()
+            walls[name].append(wall)
+            cpus[name].append(cpu)
     best = max(jobs / statistics.median(walls[m]) for m in modules)
+    floor = jobs / statistics.median(walls[modules[0]])
     print(f"claim/complete loop, {jobs} jobs x {rounds} rounds (medians), one connection:")
     print(f"{'driver':<10} {'jobs/s':>8} {'vs best':>8} {'client CPU/job':>15}  SQLAlchemy")
-    for m in modules:
-        rate = jobs / statistics.median(walls[m])
-        cpu_us = statistics.median(cpus[m]) / jobs * 1e6
-        check = _safely(lambda m=m: sqlalchemy_check(m, server, database))
-        print(f"{m:<10} {rate:>8,.0f} {rate / best:>8.2f} {cpu_us:>12,.0f} µs  {check}")
+    for name in loops:
+        rate = jobs / statistics.median(walls[name])
+        cpu_us = statistics.median(cpus[name]) / jobs * 1e6
+        if name == "queuecore":
+            check = f"{rate / floor:.2f}x the {modules[0]} floor (its driver)"
+        else:
+            check = _safely(lambda m=name: sqlalchemy_check(m, server, database))
+        print(f"{name:<10} {rate:>8,.0f} {rate / best:>8.2f} {cpu_us:>12,.0f} µs  {check}")
     for conn in conns.values():
         conn.close()
+    queue.close()
 
 
 def _safely(probe: Callable[[], str]) -> str:

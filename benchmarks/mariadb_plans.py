@@ -16,45 +16,19 @@ so the claim must sort every due live row before it can take the first.
 
 from __future__ import annotations
 
+import importlib
 import json
 from typing import Any
 
 TABLE = "queuecore_jobs"
 
-# VARCHAR where a key reads the column (InnoDB cannot index TEXT without a prefix, and a
-# prefix would make two long dedupe keys that share it collide); TEXT elsewhere.
-DDL = f"""
-CREATE TABLE {TABLE} (
-    id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
-    kind VARCHAR(255) NOT NULL,
-    queue VARCHAR(255) NOT NULL,
-    payload JSON NOT NULL,
-    priority INT NOT NULL,
-    state VARCHAR(16) NOT NULL,
-    attempts INT NOT NULL,
-    max_attempts INT NOT NULL,
-    visible_at DOUBLE NOT NULL,
-    lease_token VARCHAR(64),
-    worker TEXT,
-    last_error TEXT,
-    dedupe_key VARCHAR(512),
-    created_at DOUBLE NOT NULL,
-    finished_at DOUBLE,
-    result JSON,
-    awaited BOOLEAN,
-    trace_context TEXT,
-    live_priority INT AS (IF(state IN ('queued', 'running'), priority, NULL)) {{storage}},
-    CONSTRAINT ck_queuecore_jobs_state
-        CHECK (state IN ('queued', 'running', 'done', 'dead', 'cancelled')),
-    CONSTRAINT ck_queuecore_jobs_max_attempts CHECK (max_attempts >= 1),
-    UNIQUE KEY uq_queuecore_jobs_dedupe_key (dedupe_key),
-    KEY ix_queuecore_jobs_ready (live_priority, visible_at, id),
-    KEY ix_queuecore_jobs_ready_by_queue (queue, live_priority, visible_at, id),
-    KEY ix_queuecore_jobs_state (state, queue, finished_at),
-    KEY ix_queuecore_jobs_finished (state, finished_at),
-    KEY ix_queuecore_jobs_leases (state, visible_at)
-) ENGINE=InnoDB
-"""
+#: The table as migrations/mariadb builds it (the probe came first, as ADR 0012's draft;
+#: the migration is now the one definition), with its generated column's storage to fill.
+_MIGRATION = importlib.import_module("queuecore.migrations.mariadb.0001_mariadb_jobs")
+DDL = (
+    _MIGRATION.CREATE_TABLE.replace(") VIRTUAL,", ") {storage},"),
+    *(f"CREATE INDEX {name} ON {TABLE} ({columns})" for name, columns in _MIGRATION.INDEXES),
+)
 
 #: The rejected design: no generated column, the claim's key led by `state`.
 REJECTED_INDEX = f"CREATE INDEX ix_rejected_ready ON {TABLE} (state, priority, visible_at, id)"
@@ -153,7 +127,8 @@ def prove(cursor: Any, storage: str) -> list[dict[str, Any]]:
     """The table with `live_priority` VIRTUAL or PERSISTENT, filled; every statement's
     plan, then the rejected design's claim beside it."""
     cursor.execute(f"DROP TABLE IF EXISTS {TABLE}")
-    cursor.execute(DDL.format(storage=storage))
+    for statement in DDL:
+        cursor.execute(statement.format(storage=storage))
     fill(cursor)
     cursor.connection.commit()
     found = [{"statement": name, **explain(cursor, sql)} for name, sql in STATEMENTS.items()]

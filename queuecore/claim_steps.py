@@ -5,10 +5,10 @@ There a claim of one locking statement would hold, until it commits, the running
 ahead of the ready ones in the index, and their holders' heartbeats and completions
 would wait for it (ADR 0012, measured). So, in one transaction: the candidates are read
 in claim order without locks; those still due are locked by id, skipping any another
-claim holds; the locked rows are written (R06, or dead by R08); and read back, since
-such a database has no UPDATE … RETURNING either. Two claimers that read the same
-candidates do not both come back empty-handed: the one that found them locked reads on
-past them, so a claim is empty only when nothing it may take is ready.
+claim holds, and read whole with the clock, since such a database has no UPDATE …
+RETURNING; then written (R06, or dead by R08) from what was read. Two claimers that read
+the same candidates do not both come back empty-handed: the one that found them locked
+reads on past them, so a claim is empty only when nothing it may take is ready.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from sqlalchemy import Double, Select, Update, bindparam, select, update
 from sqlalchemy.sql.elements import BindParameter
 
 from queuecore.plans import Program, Run
-from queuecore.schema import IS_RUNNING, LIVE, RUNNING, jobs
-from queuecore.shaping import ID, STATE, claimed_job
-from queuecore.statements import CLAIM_RETURNS, Now, Walk, dead_values, due, filtered
+from queuecore.schema import RUNNING, jobs
+from queuecore.shaping import ATTEMPTS, ID, MAX_ATTEMPTS, STATE, VISIBLE_AT, claimed_job
+from queuecore.statements import JOB_COLUMNS, Now, Walk, dead_values, due, filtered
 
 if TYPE_CHECKING:
     from queuecore.job import Job
@@ -31,8 +31,8 @@ if TYPE_CHECKING:
 MARGIN = 8
 
 _IDS: BindParameter[list[int]] = bindparam("ids", expanding=True)
-#: The lease ended on the last attempt (the pick has proven the lease is over): R08.
-_LOST = IS_RUNNING & (jobs.c.attempts >= jobs.c.max_attempts)
+#: Where the locked rows hold max_attempts and the clock's reading (after `state`).
+MAX, NOW = MAX_ATTEMPTS, len(JOB_COLUMNS) + 1
 
 
 class ClaimSteps(NamedTuple):
@@ -40,7 +40,6 @@ class ClaimSteps(NamedTuple):
     lock: Select[Any]
     write_dead: Update
     write_claimed: Update
-    claimed: Select[Any]
 
 
 def build(now: Now, walk: Walk, queue_count: int | None, kind_count: int | None) -> ClaimSteps:
@@ -52,8 +51,10 @@ def build(now: Now, walk: Walk, queue_count: int | None, kind_count: int | None)
         queue_count,
         kind_count,
     )
+    # The locked rows come back whole, with the clock's reading: what the claim writes
+    # is known from them, so nothing is read back (there is no UPDATE … RETURNING).
     lock = (
-        select(jobs.c.id)
+        select(*JOB_COLUMNS, jobs.c.state, now.label("now"))
         .where(jobs.c.id.in_(_IDS), due(now, walk))
         .order_by(*walk.order)
         .limit(bindparam("limit"))
@@ -62,37 +63,31 @@ def build(now: Now, walk: Walk, queue_count: int | None, kind_count: int | None)
     # Each write reads only columns it leaves alone, or sets them after reading them
     # (`ordered_values`): MariaDB applies SET assignments one after another, not at once.
     write_dead = (
-        update(jobs)
-        .where(jobs.c.id.in_(_IDS), _LOST)
-        .values(**dead_values(), ready_at=jobs.c.visible_at)
+        update(jobs).where(jobs.c.id.in_(_IDS)).values(**dead_values(), ready_at=jobs.c.visible_at)
     )
     write_claimed = (
         update(jobs)
-        .where(jobs.c.id.in_(_IDS), LIVE, ~_LOST)  # LIVE: not just written dead
+        .where(jobs.c.id.in_(_IDS))
         .ordered_values(
             (jobs.c.ready_at, jobs.c.visible_at),
             (jobs.c.state, RUNNING),
             (jobs.c.attempts, jobs.c.attempts + 1),
-            (jobs.c.visible_at, now + bindparam("lease_seconds", type_=Double)),
+            (jobs.c.visible_at, bindparam("lease_end", type_=Double)),
             (jobs.c.lease_token, bindparam("token")),
             (jobs.c.worker, bindparam("claimant")),
         )
     )
-    claimed = select(*CLAIM_RETURNS).where(jobs.c.id.in_(_IDS))
     return ClaimSteps(
-        candidates.order_by(*walk.order).limit(bindparam("wanted")),
-        lock,
-        write_dead,
-        write_claimed,
-        claimed,
+        candidates.order_by(*walk.order).limit(bindparam("wanted")), lock, write_dead, write_claimed
     )
 
 
 def claim(
     ops: Operations, steps: ClaimSteps, params: dict[str, Any], limit: int
 ) -> Program[list[Job]]:
-    handed: list[Any] = []
+    handed: list[Job] = []
     passed: list[int] = []  # read as candidates, then found taken or no longer due
+    token = params["token"]
     while len(handed) < limit:
         need = limit - len(handed)
         wanted = need + MARGIN
@@ -100,21 +95,34 @@ def claim(
         ids = list((yield Run(steps.candidates, read)).scalars())
         if not ids:
             break
-        taken = list((yield Run(steps.lock, {**params, "ids": ids, "limit": need})).scalars())
+        rows = (yield Run(steps.lock, {**params, "ids": ids, "limit": need})).all()
+        taken = [row[ID] for row in rows]
         # The lock walks the candidates in their order and stops at `need`: those before
         # its last were locked elsewhere or are no longer due; those after, not yet seen.
         seen = ids if len(taken) < need else ids[: ids.index(taken[-1]) + 1]
         passed.extend(i for i in seen if i not in taken)
-        if taken:
-            yield Run(steps.write_dead, {"ids": taken})
-            yield Run(steps.write_claimed, {**params, "ids": taken})
-            rank = {job_id: i for i, job_id in enumerate(taken)}
-            rows = sorted(
-                (yield Run(steps.claimed, {"ids": taken})).all(), key=lambda r: rank[r[ID]]
-            )
-            # Rows written dead (R08) are dropped; the loop reads on for the room they took.
-            handed.extend(row for row in rows if row[STATE] == "running")
-            passed.extend(taken)
+        passed.extend(taken)
+        # R08: a lease that ended on the last attempt is written dead, never handed out;
+        # the loop reads on for the room it took.
+        lost = {row[ID] for row in rows if row[STATE] == "running" and row[ATTEMPTS] >= row[MAX]}
+        if lost:
+            yield Run(steps.write_dead, {"ids": sorted(lost)})
+        claimed = [row for row in rows if row[ID] not in lost]
+        if claimed:
+            lease_end = float(rows[0][NOW]) + params["lease_seconds"]
+            writing = {**params, "ids": [row[ID] for row in claimed], "lease_end": lease_end}
+            yield Run(steps.write_claimed, writing)
+            handed.extend(claimed_job(_as_claimed(row, lease_end), token) for row in claimed)
         if len(ids) < wanted and len(taken) < need:
             break  # every due row was seen: there is nothing more to take
-    return [claimed_job(row, params["token"]) for row in handed]
+    return handed
+
+
+def _as_claimed(row: Any, lease_end: float) -> tuple[Any, ...]:
+    """A locked row as `statements.CLAIM_RETURNS` would give it after the claim's write:
+    one attempt more, the lease's end, and `ready_at` the `visible_at` it had."""
+    values = list(row[: len(JOB_COLUMNS)])
+    ready_at = values[VISIBLE_AT]
+    values[ATTEMPTS] += 1
+    values[VISIBLE_AT] = lease_end
+    return (*values, "running", ready_at)

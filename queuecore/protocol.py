@@ -11,6 +11,7 @@ missing from it.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
@@ -158,6 +159,11 @@ class BackendClass(Protocol):
 
     def advance_id_sequence(self, conn: Connection, at_least: int) -> None:
         """Make the next id the table hands out greater than `at_least` (never lower it)."""
+        ...
+
+    def migrating(self, conn: Connection) -> AbstractContextManager[object]:
+        """Held while migrations run on `conn`: two processes migrating one database
+        take turns."""
         ...
 
     async def open_async(self, url: URL, ops_options: dict[str, Any], **options: Any) -> Any:

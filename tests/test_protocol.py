@@ -28,6 +28,7 @@ BACKEND_HOOKS = {
     "backend_class",
     "make_backend",
     "open_async",
+    "migrating",  # the lock migrations take turns on
 }
 
 
@@ -71,15 +72,18 @@ def test_mypy_accepts_every_backend_as_a_queue(
     snippet.write_text(
         textwrap.dedent(
             """
+            from backends.mariadb import MariaDBQueue
             from backends.postgresql import PostgresQueue
             from backends.sqlite import SQLiteQueue
             from queuecore.protocol import Queue
             from queuecore.sqlqueue import SQLQueue
 
 
-            def as_queues(a: SQLQueue, b: SQLiteQueue, c: PostgresQueue) -> list[Queue]:
+            def as_queues(
+                a: SQLQueue, b: SQLiteQueue, c: PostgresQueue, d: MariaDBQueue
+            ) -> list[Queue]:
                 with a as entered:
-                    return [a, b, c, entered]
+                    return [a, b, c, d, entered]
             """
         )
     )

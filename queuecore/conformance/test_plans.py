@@ -89,7 +89,7 @@ def claim_statements(
     path's compiled steps, or the claim in steps (`queuecore.claim_steps`) with ids."""
     if not queue.backend.locks_rows_it_walks_past:
         return [(step, {}) for step in queue.ops.claim_plan(one, queue_count, kind_count).steps]
-    by_ids = {"ids": [1, 2], "passed": [3], "wanted": 18}
+    by_ids = {"ids": [1, 2], "passed": [3], "wanted": 18, "lease_end": 0.0}
     return [(stmt, by_ids) for stmt in queue.ops.claim_steps(queue_count, kind_count)]
 
 

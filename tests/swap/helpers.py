@@ -11,15 +11,19 @@ import sqlalchemy as sa
 import queuecore
 from queuecore.schema import jobs
 
-DIRECTIONS = ("sqlite-to-postgresql", "postgresql-to-sqlite")
+DIRECTIONS = (
+    "sqlite-to-postgresql",
+    "postgresql-to-sqlite",
+    "sqlite-to-mariadb",
+    "mariadb-to-postgresql",
+)
 
 
 def new_database(kind: str, request: pytest.FixtureRequest, tmp_path: Path, name: str) -> str:
     """An empty, migrated database of this backend, private to the test."""
-    if kind == "sqlite":
-        dsn = f"sqlite:///{tmp_path / f'{name}.db'}"
-    else:
-        dsn = request.getfixturevalue("scratch_databases").create()
+    folder = tmp_path / name
+    folder.mkdir()
+    dsn = request.getfixturevalue("harnesses").started(kind).unmigrated(folder)
     queuecore.migrate(dsn)
     return dsn
 
