@@ -158,22 +158,24 @@ class MariaDBQueue(SQLQueue):
 
     @classmethod
     @contextmanager
-    def migrating(cls, conn: Connection) -> Iterator[None]:
-        """A lock of the session, not of a transaction: MariaDB commits each DDL
-        statement, and the lock must outlast every one of them."""
-        got = conn.execute(
-            sa.text("SELECT GET_LOCK(:name, :seconds)"),
-            {"name": MIGRATION_LOCK, "seconds": MIGRATION_LOCK_SECONDS},
-        ).scalar()
-        if got != 1:
-            raise TimeoutError(
-                f"another process has been migrating this database for {MIGRATION_LOCK_SECONDS}"
-                f" s (the lock {MIGRATION_LOCK!r}); try again once it has finished"
-            )
-        try:
-            yield
-        finally:
-            conn.execute(sa.text("SELECT RELEASE_LOCK(:name)"), {"name": MIGRATION_LOCK})
+    def migrating(cls, engine: Engine) -> Iterator[None]:
+        """A lock of a session of its own, not of a transaction: MariaDB commits each DDL
+        statement, and the lock must outlast every one of them and the version's commit."""
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            got = conn.execute(
+                sa.text("SELECT GET_LOCK(:name, :seconds)"),
+                {"name": MIGRATION_LOCK, "seconds": MIGRATION_LOCK_SECONDS},
+            ).scalar()
+            if got != 1:
+                raise TimeoutError(
+                    f"another process has been migrating this database for "
+                    f"{MIGRATION_LOCK_SECONDS} s (the lock {MIGRATION_LOCK!r}); try again once "
+                    "it has finished"
+                )
+            try:
+                yield
+            finally:
+                conn.execute(sa.text("SELECT RELEASE_LOCK(:name)"), {"name": MIGRATION_LOCK})
 
 
 def utc_sessions(engine: Engine) -> None:

@@ -167,10 +167,14 @@ class PostgresQueue(SQLQueue):
 
     @classmethod
     @contextmanager
-    def migrating(cls, conn: Connection) -> Iterator[None]:
-        """A lock of the migration's transaction, released by its commit."""
-        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
-        yield
+    def migrating(cls, engine: Engine) -> Iterator[None]:
+        """An advisory lock of a session of its own: it outlasts the migration's commit."""
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(sa.text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK})
+            try:
+                yield
+            finally:
+                conn.execute(sa.text("SELECT pg_advisory_unlock(:key)"), {"key": MIGRATION_LOCK})
 
     @classmethod
     def id_sequence(cls, conn: Connection) -> int:

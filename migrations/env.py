@@ -25,7 +25,14 @@ def run_migrations_online() -> None:
         # after each revision, and a second process racing on a new file then read the
         # version between two of them and ran a revision again. SQLite's DDL is
         # transactional, and this begin takes the write lock (BEGIN IMMEDIATE) for it all.
-        with engine.connect() as connection, connection.begin():
+        # The backend's migration lock is held, on a connection of its own, from before
+        # that transaction until after it ended: the next process to get it sees the
+        # version this one wrote.
+        with (
+            backend_for(engine.url).migrating(engine),
+            engine.connect() as connection,
+            connection.begin(),
+        ):
             context.configure(
                 connection=connection,
                 target_metadata=metadata,
@@ -34,8 +41,7 @@ def run_migrations_online() -> None:
                 render_as_batch=connection.dialect.name == "sqlite",
                 compare_type=True,
             )
-            with backend_for(connection.engine.url).migrating(connection):
-                context.run_migrations()
+            context.run_migrations()
     finally:
         if owned:
             engine.dispose()

@@ -59,7 +59,8 @@ def connect(bind: str | URL | Engine, **options: Any) -> Queue:
 def connect_async(bind: str | URL, **options: Any) -> Opening:
     """Open a queue for asyncio code: the same options as `connect()` (ADR 0009), every
     operation awaited. PostgreSQL runs on psycopg 3's async connection, SQLite on
-    aiosqlite; both need `pip install 'queuecore[async]'`. `queue = await
+    aiosqlite, MariaDB on mysqlclient in threads and asyncmy for effects; each needs
+    `pip install 'queuecore[async]'` beside its own extra. `queue = await
     connect_async(...)`, or `async with connect_async(...) as queue:` to close it at the
     end of the block."""
     return Opening(_open_async(bind, **options))

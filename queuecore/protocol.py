@@ -161,7 +161,7 @@ class BackendClass(Protocol):
         """Make the next id the table hands out greater than `at_least` (never lower it)."""
         ...
 
-    def migrating(self, conn: Connection) -> AbstractContextManager[object]:
+    def migrating(self, engine: Engine) -> AbstractContextManager[object]:
         """Held while migrations run on `conn`: two processes migrating one database
         take turns."""
         ...

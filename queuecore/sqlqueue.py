@@ -100,9 +100,10 @@ class SQLQueue(OptionsView):
         return Sleep()
 
     @classmethod
-    def migrating(cls, conn: Connection) -> AbstractContextManager[object]:
-        """Held while migrations run on `conn`, so that two processes migrating one
-        database take turns (SQLite: its write lock, which the migration's BEGIN takes)."""
+    def migrating(cls, engine: Engine) -> AbstractContextManager[object]:
+        """Held from before the migrations' transaction on `engine` begins until after it
+        ended, so that two processes migrating one database take turns, and the second
+        sees what the first committed (SQLite: none, its BEGIN takes the write lock)."""
         return nullcontext()
 
     @classmethod

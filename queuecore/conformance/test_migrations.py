@@ -4,6 +4,9 @@ and leave an application's own tables and alembic history in the same database a
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -119,3 +122,37 @@ def test_migrate_leaves_the_applications_tables_and_alembic_history_alone(engine
     assert versions(engine, VERSION_TABLE) == [head_revision(engine)]
     assert drift(engine, include_object=include_object) == []
     assert {op for op, *_ in drift(engine)} == {"remove_table"}  # unfiltered, it would drop them
+
+
+#: A process that migrates `argv[1]` once the file `argv[2]` exists, and prints the revision.
+MIGRATOR = """
+import os, sys, time
+import queuecore
+while not os.path.exists(sys.argv[2]):
+    time.sleep(0.005)
+print(queuecore.migrate(sys.argv[1]))
+"""
+
+
+def test_processes_migrating_one_new_database_at_once_take_turns(engine, empty_dsn, tmp_path):
+    """Three processes, released together, migrate one new database: each succeeds, and
+    the schema is built once (the migration lock: SQLite's write lock, PostgreSQL's
+    advisory lock, MariaDB's GET_LOCK, where each DDL statement commits on its own)."""
+    go = tmp_path / "go"
+    migrators = [
+        subprocess.Popen(
+            [sys.executable, "-c", MIGRATOR, empty_dsn, str(go)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    time.sleep(1.0)  # makes the race likely (each has imported queuecore); decides nothing
+    go.touch()
+    said = [migrator.communicate(timeout=120) for migrator in migrators]
+
+    assert [migrator.returncode for migrator in migrators] == [0, 0, 0], [e for _, e in said]
+    assert {out.strip() for out, _ in said} == {head_revision(engine)}, said
+    assert versions(engine, VERSION_TABLE) == [head_revision(engine)]
+    assert drift(engine, include_object=include_object) == []
