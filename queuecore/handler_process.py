@@ -89,8 +89,15 @@ class Serving:
         self._leases: dict[int, Lease] = {}  # by number, until the job's outcome is sent
 
     def send(self, message: tuple[Any, ...]) -> None:
+        """A worker that went away (its end of the pipe closed) ends this process, as
+        `read` does: a reader thread that died of the broken pipe instead left the
+        process running, and the worker waiting for it at shutdown (seen in CI)."""
         with self._sending:
-            self.conn.send(message)
+            try:
+                self.conn.send(message)
+            except OSError:  # BrokenPipeError, ConnectionResetError
+                tracing.flush()
+                os._exit(0)
 
     def read(self) -> None:
         """The worker's messages, until it goes away; then this process goes too."""
