@@ -108,13 +108,11 @@ class MariaDBQueue(SQLQueue):
 
     def __init__(self, bind: str | URL | Engine, **options: Any) -> None:
         super().__init__(bind, **options)
-        if not getattr(self.engine.dialect, "is_mariadb", False):  # known once connected
+        try:
+            refuse_mysql(self.engine)
+        except UnknownBackendError:
             self.close()
-            raise UnknownBackendError(
-                f"{self.engine.url.render_as_string(hide_password=True)} is a MySQL server, "
-                "not MariaDB: queuecore's backend needs MariaDB 10.5 or newer (INSERT … "
-                "RETURNING, SKIP LOCKED)"
-            )
+            raise
 
     @classmethod
     def create_engine(cls, bind: str | URL | Engine, **options: Any) -> Engine:
@@ -176,6 +174,17 @@ class MariaDBQueue(SQLQueue):
                 yield
             finally:
                 conn.execute(sa.text("SELECT RELEASE_LOCK(:name)"), {"name": MIGRATION_LOCK})
+
+
+def refuse_mysql(engine: Engine) -> None:
+    """After the engine's first connection (the dialect knows the server by then): a
+    MySQL server behind a mysql:// DSN is not one this backend can run on."""
+    if not getattr(engine.dialect, "is_mariadb", False):
+        raise UnknownBackendError(
+            f"{engine.url.render_as_string(hide_password=True)} is a MySQL server, not "
+            "MariaDB: queuecore's backend needs MariaDB 10.5 or newer (INSERT … RETURNING, "
+            "SKIP LOCKED)"
+        )
 
 
 def utc_sessions(engine: Engine) -> None:

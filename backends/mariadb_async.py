@@ -16,12 +16,11 @@ from concurrent.futures import ThreadPoolExecutor
 from types import NotImplementedType
 from typing import Any
 
-from queuecore.backends.mariadb import MariaDBBackend, MariaDBQueue, utc_sessions
+from queuecore.backends.mariadb import MariaDBBackend, MariaDBQueue, refuse_mysql, utc_sessions
 from sqlalchemy import URL
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from queuecore.asyncqueue import AsyncListener
-from queuecore.errors import UnknownBackendError
 from queuecore.hotpath import HotPath
 from queuecore.migrate import ensure_schema
 from queuecore.operations import Operations
@@ -79,10 +78,7 @@ async def open_mariadb(url: URL, ops_options: dict[str, Any], **pool: Any) -> Ma
     utc_sessions(engine.sync_engine)
     try:
         await asyncio.to_thread(ensure_schema, sync_engine, migrate=backend.migrates_on_connect)
-        if not getattr(sync_engine.dialect, "is_mariadb", False):
-            raise UnknownBackendError(
-                f"{url.render_as_string(hide_password=True)} is a MySQL server, not MariaDB"
-            )
+        refuse_mysql(sync_engine)
     except BaseException:
         await engine.dispose()
         await asyncio.to_thread(sync_engine.dispose)

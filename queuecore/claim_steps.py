@@ -25,14 +25,13 @@ from queuecore.statements import JOB_COLUMNS, Now, Walk, dead_values, due, filte
 
 if TYPE_CHECKING:
     from queuecore.job import Job
-    from queuecore.operations import Operations
 
 #: Candidates read beyond the claim's size, for the rows concurrent claims lock first.
 MARGIN = 8
 
 _IDS: BindParameter[list[int]] = bindparam("ids", expanding=True)
-#: Where the locked rows hold max_attempts and the clock's reading (after `state`).
-MAX, NOW = MAX_ATTEMPTS, len(JOB_COLUMNS) + 1
+#: Where the locked rows hold the clock's reading (after `state`).
+NOW = len(JOB_COLUMNS) + 1
 
 
 class ClaimSteps(NamedTuple):
@@ -82,9 +81,7 @@ def build(now: Now, walk: Walk, queue_count: int | None, kind_count: int | None)
     )
 
 
-def claim(
-    ops: Operations, steps: ClaimSteps, params: dict[str, Any], limit: int
-) -> Program[list[Job]]:
+def claim(steps: ClaimSteps, params: dict[str, Any], limit: int) -> Program[list[Job]]:
     handed: list[Job] = []
     passed: list[int] = []  # read as candidates, then found taken or no longer due
     token = params["token"]
@@ -104,7 +101,11 @@ def claim(
         passed.extend(taken)
         # R08: a lease that ended on the last attempt is written dead, never handed out;
         # the loop reads on for the room it took.
-        lost = {row[ID] for row in rows if row[STATE] == "running" and row[ATTEMPTS] >= row[MAX]}
+        lost = {
+            row[ID]
+            for row in rows
+            if row[STATE] == "running" and row[ATTEMPTS] >= row[MAX_ATTEMPTS]
+        }
         if lost:
             yield Run(steps.write_dead, {"ids": sorted(lost)})
         claimed = [row for row in rows if row[ID] not in lost]

@@ -13,6 +13,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, Protocol
 
 import sqlalchemy as sa
 
@@ -29,6 +30,31 @@ WORKERS, CONCURRENCY = 4, 2
 LEASE_SECONDS = 2.0
 # Longer than all the queue's own reconnect pauses together: the worker must outlast it.
 LONG_OUTAGE = sum(PAUSES) + 2.5
+
+
+class Server(Protocol):
+    """A database server of a test module's own (PrivateCluster, PrivateMariaDB)."""
+
+    def start(self) -> None: ...
+
+    def stop(self, mode: Any = "fast") -> None: ...
+
+    def restart(self, mode: Any = "fast") -> None: ...
+
+
+def restart_fast(server: Server, _database: str) -> None:
+    server.restart("fast")
+
+
+def restart_immediate(server: Server, _database: str) -> None:
+    """A crash: the server recovers from its log (WAL, redo) at the next start."""
+    server.restart("immediate")
+
+
+def long_outage(server: Server, _database: str) -> None:
+    server.stop("immediate")
+    time.sleep(LONG_OUTAGE)
+    server.start()
 
 
 def new_database(server: str) -> str:

@@ -18,28 +18,20 @@ import sqlalchemy as sa
 
 import queuecore
 from tests.faults.mariadb_server import PrivateMariaDB
-from tests.faults.outage import LONG_OUTAGE, WORKERS, drain_through_fault, new_database
+from tests.faults.outage import (
+    WORKERS,
+    drain_through_fault,
+    long_outage,
+    new_database,
+    restart_fast,
+    restart_immediate,
+)
 
 pytestmark = [pytest.mark.mariadb_only, pytest.mark.parametrize("backend", ["mariadb"])]
 
 KILL_ROUNDS = 3
 
 Fault = Callable[[PrivateMariaDB, str], None]
-
-
-def restart_fast(server: PrivateMariaDB, _database: str) -> None:
-    server.restart("fast")
-
-
-def restart_immediate(server: PrivateMariaDB, _database: str) -> None:
-    """A crash: InnoDB replays its redo log at the next start."""
-    server.restart("immediate")
-
-
-def long_outage(server: PrivateMariaDB, _database: str) -> None:
-    server.stop("immediate")
-    time.sleep(LONG_OUTAGE)
-    server.start()
 
 
 def kill_every_session(server: PrivateMariaDB, database: str) -> None:

@@ -26,7 +26,14 @@ import sqlalchemy as sa
 import queuecore
 from queuecore.conformance.postgresql_server import PrivateCluster
 from tests.faults.helpers import Terminator, scalar
-from tests.faults.outage import LONG_OUTAGE, WORKERS, drain_through_fault, new_database
+from tests.faults.outage import (
+    WORKERS,
+    drain_through_fault,
+    long_outage,
+    new_database,
+    restart_fast,
+    restart_immediate,
+)
 
 pytestmark = pytest.mark.postgresql_only
 
@@ -35,21 +42,6 @@ LISTEN = "LISTEN queuecore"  # the last statement a worker's listening connectio
 
 Fault = Callable[[PrivateCluster, str], None]
 """Breaks every connection to one database of the cluster."""
-
-
-def restart_fast(cluster: PrivateCluster, _database: str) -> None:
-    cluster.restart("fast")
-
-
-def restart_immediate(cluster: PrivateCluster, _database: str) -> None:
-    """A crash: no shutdown checkpoint, recovery from the WAL at the next start."""
-    cluster.restart("immediate")
-
-
-def long_outage(cluster: PrivateCluster, _database: str) -> None:
-    cluster.stop("immediate")
-    time.sleep(LONG_OUTAGE)
-    cluster.start()
 
 
 def terminate_backends(cluster: PrivateCluster, database: str) -> None:
