@@ -23,7 +23,7 @@ class _Open:
 def main() -> None:
     wait_at_gate()
     url = dsn()
-    backend = "sqlite" if url.startswith("sqlite") else "postgresql"
+    backend = url.split(":", 1)[0].split("+", 1)[0]  # sqlite, postgresql, mariadb
     location = url.removeprefix("sqlite:///") if backend == "sqlite" else url
     _queuecore_ack_window(Target(backend, location), LIMIT, f"loop-{os.getpid()}", _Open())
 

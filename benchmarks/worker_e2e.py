@@ -111,20 +111,42 @@ class Remaining:
         else:
             sql = "SELECT count(*) FROM queuecore_jobs WHERE state IN ('queued', 'running')"
         self.sql = sql
-        if target.backend == "sqlite":
-            self.conn = sqlite3.connect(target.location, isolation_level=None, timeout=30)
-            self._count = lambda: self.conn.execute(self.sql).fetchone()[0]
-        else:
-            import psycopg
-
-            self.conn = psycopg.connect(target.libpq_dsn, autocommit=True)
-            self._count = lambda: self.conn.execute(self.sql).fetchone()[0]
+        self.reader = Reader(target)
 
     def __call__(self) -> int:
-        return int(self._count())
+        return int(self.reader.one(self.sql)[0])
 
     def close(self) -> None:
-        self.conn.close()
+        self.reader.close()
+
+
+class Reader:
+    """One connection to the target that reads a row at a time, outside any transaction:
+    the bare driver for SQLite and PostgreSQL, SQLAlchemy for another server (MariaDB)."""
+
+    def __init__(self, target: Target) -> None:
+        if target.backend == "sqlite":
+            conn = sqlite3.connect(target.location, isolation_level=None, timeout=30)
+            self.one = lambda sql: tuple(conn.execute(sql).fetchone())
+            self.close = conn.close
+        elif target.backend == "postgresql":
+            import psycopg
+
+            pg = psycopg.connect(target.libpq_dsn, autocommit=True)
+            self.one = lambda sql: tuple(pg.execute(sql).fetchone() or ())
+            self.close = pg.close
+        else:
+            import sqlalchemy as sa
+
+            engine = sa.create_engine(target.url, isolation_level="AUTOCOMMIT")
+            server = engine.connect()
+            self.one = lambda sql: tuple(server.exec_driver_sql(sql).one())
+
+            def close() -> None:
+                server.close()
+                engine.dispose()
+
+            self.close = close
 
 
 def measure(implementation: str, target: Target, processes: int, jobs: int, folder: Path) -> Run:
@@ -225,16 +247,11 @@ def ran_exactly_once(implementation: str, target: Target, jobs: int) -> bool:
             "FROM queuecore_jobs"
         )
         expected = (jobs, jobs)
-    if target.backend == "sqlite":
-        conn = sqlite3.connect(target.location)
-        row = conn.execute(sql).fetchone()
-        conn.close()
-    else:
-        import psycopg
-
-        with psycopg.connect(target.libpq_dsn) as pg:
-            row = pg.execute(sql).fetchone()
-    return tuple(row) == expected
+    reader = Reader(target)
+    try:
+        return reader.one(sql) == expected
+    finally:
+        reader.close()
 
 
 def median(runs: list[Run]) -> float | None:
