@@ -10,6 +10,11 @@ needs it; a test for a capability (`@pytest.mark.requires("listen")`) is made on
 the harnesses that declare it. A harness that cannot run here skips its tests and says
 so in a banner at the end, unless the run requires it (`--queuecore-require NAME,...`,
 or `QUEUECORE_REQUIRE_BACKENDS`), which turns that into a failure.
+
+Under pytest-xdist each worker process starts its own harnesses (each server harness
+makes databases of its own), and tells the controller what they said, so the banner
+still ends the run. Tests marked `slow` are handed out first, so that a parallel run does
+not end waiting for one long test that started last.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import pytest
 
@@ -54,6 +59,9 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "postgresql_only: the test checks something only PostgreSQL has"
     )
     config.addinivalue_line("markers", "mariadb_only: the test checks something only MariaDB has")
+    config.addinivalue_line(
+        "markers", "slow: a long test, started before the others so a parallel run ends sooner"
+    )
     names = _names(config.getoption("--queuecore-backends") or config.getini("queuecore_backends"))
     if not names:
         if _runs_the_kit(config):
@@ -75,9 +83,17 @@ def pytest_configure(config: pytest.Config) -> None:
         required.add("postgresql")
     harnesses = Harnesses({name: known[name] for name in names}, required)
     config.stash[HARNESSES] = harnesses
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(WorkerRelay(harnesses), "queuecore-worker-relay")
     from queuecore.conformance import fixtures
 
     config.pluginmanager.register(fixtures, "queuecore-conformance-fixtures")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The `slow` tests first, each group in the order it was collected in."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 def _runs_the_kit(config: pytest.Config) -> bool:
@@ -156,6 +172,36 @@ class Harnesses:
 
 
 HARNESSES = pytest.StashKey[Harnesses]()
+#: The key of what an xdist worker's harnesses said, in the output it hands its controller.
+WORKER_OUTPUT = "queuecore_harnesses"
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """On an xdist worker: hand the controller what this process's harnesses said."""
+    harnesses = session.config.stash.get(HARNESSES, None)
+    output = getattr(session.config, "workeroutput", None)
+    if harnesses is not None and output is not None:
+        output[WORKER_OUTPUT] = {
+            "described": harnesses.described,
+            "unavailable": harnesses.unavailable,
+        }
+
+
+class WorkerRelay:
+    """On the xdist controller: what each worker's harnesses said joins the run's own
+    summary (registered only where xdist runs)."""
+
+    def __init__(self, harnesses: Harnesses) -> None:
+        self.harnesses = harnesses
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        said = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT)
+        if said is None:
+            return
+        described = self.harnesses.described
+        described.extend(line for line in said["described"] if line not in described)
+        self.harnesses.unavailable.update(said["unavailable"])
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import hypothesis.strategies as st
+import pytest
 import sqlalchemy as sa
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import (
@@ -399,6 +400,7 @@ class QueueMachine(RuleBasedStateMachine):
             )
 
 
+@pytest.mark.slow
 def test_backend_agrees_with_the_model(make_queue, clock, backend, api):
     queue = make_queue(
         lease_seconds=LEASE,

@@ -24,6 +24,9 @@ from selenium.webdriver.support.ui import WebDriverWait
 from queuecore.schema import jobs
 from tests.dashboard.browser import dashboard, post, start_chromium
 
+# One chromium for the module: its tests run on one process of a parallel run.
+pytestmark = pytest.mark.xdist_group("chromium")
+
 HOSTILE = "<script>window.__queuecore_pwned = 1</script><img src=x onerror=alert(1)>"
 
 

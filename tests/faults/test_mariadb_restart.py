@@ -27,7 +27,13 @@ from tests.faults.outage import (
     restart_immediate,
 )
 
-pytestmark = [pytest.mark.mariadb_only, pytest.mark.parametrize("backend", ["mariadb"])]
+# One private server for the module: its tests run on one process of a parallel run.
+pytestmark = [
+    pytest.mark.mariadb_only,
+    pytest.mark.parametrize("backend", ["mariadb"]),
+    pytest.mark.xdist_group("private-mariadb"),
+    pytest.mark.slow,
+]
 
 KILL_ROUNDS = 3
 

@@ -35,7 +35,8 @@ from tests.faults.outage import (
     restart_immediate,
 )
 
-pytestmark = pytest.mark.postgresql_only
+# One private cluster for the module: its tests run on one process of a parallel run.
+pytestmark = [pytest.mark.postgresql_only, pytest.mark.xdist_group("private-pg"), pytest.mark.slow]
 
 TERMINATE_ROUNDS = 3
 LISTEN = "LISTEN queuecore"  # the last statement a worker's listening connection ran

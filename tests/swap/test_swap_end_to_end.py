@@ -14,6 +14,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 import queuecore
@@ -85,6 +86,7 @@ def stats(dsn: str) -> dict[str, int]:
     return {k: counts[k] for k in ("queued", "running", "dead")}
 
 
+@pytest.mark.slow
 def test_the_swap_from_sqlite_to_postgresql_and_back(tmp_path, monkeypatch, scratch_databases):
     run_log = tmp_path / "runs.log"
     monkeypatch.setenv("SWAP_RUN_LOG", str(run_log))

@@ -8,6 +8,8 @@ from __future__ import annotations
 import signal
 import time
 
+import pytest
+
 from queuecore import Worker
 from tests.faults.helpers import wait_until
 from tests.worker.processes import queuecore_process
@@ -92,6 +94,7 @@ def test_sigterm_flushes_the_window_before_exiting(make_queue, dsn, tmp_path):
     assert log.read_text().count(" done in ") == 3  # one line per job outcome
 
 
+@pytest.mark.slow
 def test_sigkill_loses_only_the_window_and_its_jobs_run_again_once(make_queue, dsn, tmp_path):
     lease = 3.0
     queue = make_queue(clock=None)

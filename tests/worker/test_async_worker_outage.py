@@ -23,7 +23,8 @@ from queuecore.conformance.postgresql_server import PrivateCluster
 from queuecore.reconnect import PAUSES
 from tests.faults.helpers import PATIENCE
 
-pytestmark = pytest.mark.postgresql_only
+# One private cluster for the module: its tests run on one process of a parallel run.
+pytestmark = [pytest.mark.postgresql_only, pytest.mark.xdist_group("private-pg-async")]
 
 JOBS, CONCURRENCY = 40, 4
 OUTAGE = sum(PAUSES) + 2.5  # longer than the queue's own retries: the worker must outlast it
@@ -47,6 +48,7 @@ def database(cluster: PrivateCluster) -> str:
     return dsn
 
 
+@pytest.mark.slow
 def test_an_async_worker_waits_out_a_server_outage_and_resumes(
     cluster: PrivateCluster, database: str
 ) -> None:

@@ -68,6 +68,7 @@ def wrongly_ended(found, effects, kinds: dict[int, str], rules: dict[str, Kind])
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("concurrency", [1, 4])
 def test_w7_the_chaos_run_ends_with_every_good_job_done_once(
     make_queue, dsn, tmp_path, monkeypatch, concurrency
@@ -123,6 +124,7 @@ def test_w7_the_chaos_run_ends_with_every_good_job_done_once(
     assert not pool.exits and stop_codes == [0] * WORKERS, (pool.exits, stop_codes, context)
 
 
+@pytest.mark.slow
 def test_chaos_every_job_ends_as_its_kind_must_with_exactly_one_effect(make_queue, dsn, tmp_path):
     lease_seconds, kill_every, jobs_count = 1.5, 1.5, 300
     seed = random.randrange(1 << 30)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.worker.processes import run_queuecore
 
 SMALLER = ("--jobs", "60", "--workers", "3", "--lease-seconds", "1", "--kill-every", "1.5")
 
 
+@pytest.mark.slow
 def test_the_demo_passes_and_exits_0(backend, request):
     # On SQLite exactly as the README has it: the demo makes its own database file.
     where = () if backend == "sqlite" else ("--dsn", request.getfixturevalue("dsn"))
