@@ -71,27 +71,28 @@ class Outage:
 
     def noticed(self, what: str, exc: DBAPIError) -> None:
         cause = str(exc.orig).strip().partition("\n")[0]  # psycopg adds hint lines
+        # Said under the lock, as `over` says its line: a thread that saw the outage end
+        # between this one's noticing and its saying would log "back" before "lost".
         with self._lock:
-            first = self._since is None
-            if first:
+            if self._since is None:
                 self._since = time.monotonic()
-        if first:
-            log.warning(
-                "queuecore: database connection lost %s; reconnecting with back-off, "
-                "quiet until it is back: %s",
-                what,
-                cause,
-            )
-        else:
-            log.debug("queuecore: still no database connection (%s): %s", what, cause)
+                log.warning(
+                    "queuecore: database connection lost %s; reconnecting with back-off, "
+                    "quiet until it is back: %s",
+                    what,
+                    cause,
+                )
+                return
+        log.debug("queuecore: still no database connection (%s): %s", what, cause)
 
     def over(self) -> None:
         if self._since is None:  # the usual case: no lock on the way of every operation
             return
         with self._lock:
             since, self._since = self._since, None
-        if since is not None:
-            log.warning("queuecore: database connection back after %.1fs", time.monotonic() - since)
+            if since is not None:
+                elapsed = time.monotonic() - since
+                log.warning("queuecore: database connection back after %.1fs", elapsed)
 
 
 def connection_lost(exc: BaseException) -> bool:

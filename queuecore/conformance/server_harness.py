@@ -13,9 +13,13 @@ import sqlalchemy as sa
 
 import queuecore
 from queuecore.conformance.harness import Harness
+from queuecore.migrate import VERSION_TABLE
+from queuecore.schema import jobs
 
 #: The name each throw-away database starts with (the rest is random).
 PREFIX = "queuecore_test_"
+#: The tables a migrated database holds: every other one is a test's own.
+QUEUECORE_TABLES = frozenset({jobs.name, VERSION_TABLE})
 
 
 class ServerHarness(Harness):
@@ -58,10 +62,15 @@ class ServerHarness(Harness):
         return sa.make_url(self.server).set(database=name).render_as_string(hide_password=False)
 
     def fresh(self, scratch: Path) -> str:
+        """The session's database with no jobs, and without the tables an earlier test
+        of this process left there (an application's ledger, say): ids start again at 1,
+        so a row left keyed by an old job's id would be taken for the new job's."""
         assert self._database is not None, "start() first"
         engine = sa.create_engine(self._database)
         with engine.begin() as conn:
             conn.exec_driver_sql(self.empty_sql)
+            for name in set(sa.inspect(conn).get_table_names()) - QUEUECORE_TABLES:
+                conn.exec_driver_sql(f"DROP TABLE {self._quoted(name)}")
         engine.dispose()
         return self._database
 

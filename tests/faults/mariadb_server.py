@@ -57,12 +57,17 @@ class PrivateMariaDB:
 
     def __enter__(self) -> PrivateMariaDB:
         data = self._folder / "data"
-        subprocess.run(
+        made = subprocess.run(
             [self._install, "--no-defaults", f"--datadir={data}", "--user=root",
              "--auth-root-authentication-method=normal", "--skip-test-db"],
-            check=True,
             capture_output=True,
+            text=True,
         )  # fmt: skip
+        if made.returncode != 0:
+            raise RuntimeError(
+                f"mariadb-install-db exited {made.returncode}:\n{made.stdout[-3000:]}"
+                f"\n{made.stderr[-3000:]}"
+            )
         self.start()
         return self
 
