@@ -1,0 +1,2 @@
+"""Upgrade tests reuse the conformance fixtures: every test on every backend, each on
+databases of its own (`empty_dsn`), migrated by the test as far as it needs."""
