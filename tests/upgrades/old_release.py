@@ -7,10 +7,10 @@ the oldest code at today's head. A head revision not committed yet (written in t
 beside the test) makes HEAD the previous release.
 
 Not every commit ran: a branch rebased onto main lands as a series whose middle commits
-may not even import (the three before 0004's did: their code read `ready_at`, which only
-0004 adds). So the previous release is the newest commit, from C's parent back to the one
-that added the revision before head, whose command line imports; the test then shows
-whether that release works.
+may not even import (the three before 0004's: two read `ready_at`, which only 0004 adds,
+one a module its successor adds). So the previous release is the newest commit, from C's
+parent back to the one that added the revision before head, whose command line imports;
+the test then shows whether that release works.
 
 The old tree is exported with `git archive` and laid out as pyproject's package-dir says
 (`backends/` as `queuecore.backends`, ...), beside a dist-info of its own so that its
