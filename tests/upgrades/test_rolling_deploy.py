@@ -149,15 +149,17 @@ def test_the_previous_release_keeps_working_while_today_migrates_under_it(
             running(release, env, log, *OLD_WORKER) as worker,
         ):
             assert said(app, log).startswith(str(release.site)), "not the old release's code"
-            before = enqueue(app, log, range(3))
+            # More enqueues than psycopg's prepare_threshold (5): the old statements are
+            # prepared on the server before the schema changes under them.
+            before = enqueue(app, log, range(6))
             wait_done(engine, before, worker, log)
 
             today_meets_the_schema_behind(harness, empty_dsn, previous, head)
             assert queuecore.migrate(empty_dsn) == head
 
-            after = enqueue(app, log, range(3, 6))
+            after = enqueue(app, log, range(6, 9))
             with queuecore.connect(empty_dsn) as today:  # today's rows, the old worker's work
-                after.append(today.enqueue("touch", {"n": 6}).id)
+                after.append(today.enqueue("touch", {"n": 9}).id)
             wait_done(engine, after, worker, log)
             worker.send_signal(signal.SIGTERM)
             assert worker.wait(timeout=60) == 0, log.read_text()
