@@ -22,7 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from queuecore import supervisor, validate
 from queuecore.connect import connect
 from queuecore.errors import QueuecoreError
-from queuecore.migrate import migrate
+from queuecore.migrate import check_schema, migrate
 from queuecore.registry import RegistryNotFound, load_registry
 from queuecore.supervisor import HandlerProcesses
 from queuecore.table import render
@@ -83,7 +83,13 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(command=run)
         return sub
 
-    _dsn(command("migrate", _migrate, help="create or upgrade queuecore's schema"))
+    migrate_ = command("migrate", _migrate, help="create or upgrade queuecore's schema")
+    _dsn(migrate_)
+    migrate_.add_argument(
+        "--check",
+        action="store_true",
+        help="change nothing; exit 1 naming the pending revisions unless the schema is at head",
+    )
 
     worker = command("worker", _worker, help="run handlers for jobs until SIGTERM/SIGINT")
     worker.add_argument("registry", metavar="MODULE:REGISTRY", help="a mapping kind -> handler")
@@ -226,6 +232,10 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _migrate(args: argparse.Namespace) -> int:
+    if args.check:  # a pending upgrade raises NotMigratedError: one line, exit 1
+        revision = check_schema(_need_dsn(args), **_driver(args))
+        print(f"queuecore schema is at revision {revision}, the newest this queuecore knows")
+        return 0
     revision = migrate(_need_dsn(args), **_driver(args))
     print(f"queuecore schema is at revision {revision}")
     return 0

@@ -6,6 +6,8 @@ application's own alembic history in the same database.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib import resources
 from typing import Any
 
@@ -96,23 +98,47 @@ def current_revision(engine: Engine) -> str | None:
 def migrate(bind: str | URL | Engine, **options: Any) -> str:
     """Bring the database to the newest schema (alembic upgrade head); returns the revision.
     Takes connect()'s options; those that shape the engine (sqlite_driver, ...) are used."""
-    if isinstance(bind, Engine):
-        engine, owned = bind, False
-    else:
-        from queuecore.connect import backend_for, installed_backends, to_url
-        from queuecore.options import for_engine
-
-        url = to_url(bind)
-        backend = backend_for(url)
-        shaping = for_engine(backend, installed_backends(), options)
-        engine, owned = backend.create_engine(url, **shaping), True
-    try:
+    with _engine(bind, options) as engine:
         _refuse_newer(engine)
         command.upgrade(alembic_config(engine), "head")
         return head_revision(engine)
+
+
+def check_schema(bind: str | URL | Engine, **options: Any) -> str:
+    """The database's revision when it is the newest this queuecore knows; otherwise
+    `NotMigratedError` naming the pending revisions and the command to run. Reads the
+    version table only and writes nothing: for deploy scripts (`queuecore migrate
+    --check`). A database migrated by a newer queuecore raises `SchemaTooNewError`."""
+    with _engine(bind, options) as engine:
+        current = _refuse_newer(engine)
+        if current is None or current != head_revision(engine):
+            raise NotMigratedError(behind(engine, current))
+        return current
+
+
+@contextmanager
+def _engine(bind: str | URL | Engine, options: dict[str, Any]) -> Iterator[Engine]:
+    """`bind` itself, or an engine the backend shapes from connect()'s options, disposed
+    at the end."""
+    if isinstance(bind, Engine):
+        yield bind
+        return
+    from queuecore.connect import backend_for, installed_backends, to_url
+    from queuecore.options import for_engine
+
+    url = to_url(bind)
+    backend = backend_for(url)
+    engine = backend.create_engine(url, **for_engine(backend, installed_backends(), options))
+    try:
+        yield engine
     finally:
-        if owned:
-            engine.dispose()
+        engine.dispose()
+
+
+def _pending(engine: Engine, current: str | None) -> list[str]:
+    script = ScriptDirectory.from_config(alembic_config(engine))
+    newest_first = script.iterate_revisions("head", current or "base")
+    return [rev.revision for rev in reversed(list(newest_first))]
 
 
 def ensure_schema(engine: Engine, *, migrate: bool) -> None:
@@ -123,10 +149,16 @@ def ensure_schema(engine: Engine, *, migrate: bool) -> None:
     if migrate:
         command.upgrade(alembic_config(engine), "head")
         return
+    raise NotMigratedError(behind(engine, current))
+
+
+def behind(engine: Engine, current: str | None) -> str:
+    """What a database short of head lacks, and the command that brings it there."""
     dsn = engine.url.render_as_string(hide_password=True)
     state = "has no queuecore schema" if current is None else f"is at revision {current}"
-    raise NotMigratedError(
-        f"the database {dsn} {state}; this queuecore needs revision {head_revision(engine)}. "
+    return (
+        f"the database {dsn} {state}; this queuecore needs revision {head_revision(engine)} "
+        f"(pending: {', '.join(_pending(engine, current))}). "
         f"Run: queuecore migrate --dsn '{dsn}'  (or queuecore.migrate(dsn) from Python)"
     )
 

@@ -40,8 +40,15 @@ def queuecore_process(*args: str, log: Path) -> Iterator[subprocess.Popen[bytes]
             stdout=out,
             stderr=subprocess.STDOUT,
         )
-    try:
+    with reaped(proc):
         yield proc
+
+
+@contextmanager
+def reaped(proc: subprocess.Popen[Any]) -> Iterator[None]:
+    """Kills `proc` at the end of the block if it still runs there, and waits for it."""
+    try:
+        yield
     finally:
         if proc.poll() is None:
             proc.kill()
