@@ -11,6 +11,8 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
+from queuecore.demo.jobs import ledger
+from queuecore.demo.pool import REGISTRY_SPEC
 from tests.worker.processes import queuecore_process, wait_until
 
 SLOTS = 4
@@ -51,3 +53,40 @@ def test_handler_processes_without_effects_open_no_connection(make_queue, dsn, t
     # Read once the worker has exited: a job's line is logged after its completion
     # commits, so the table can say done before the log does.
     assert log.read_text().count("done in") == len(ids)
+
+
+@pytest.mark.postgresql_only
+@pytest.mark.parametrize("backend", ["postgresql"])
+@pytest.mark.parametrize("concurrency", [1, 64])
+def test_a_busy_worker_holds_its_own_connections_and_one_per_slot(
+    make_queue, dsn, tmp_path, concurrency
+):
+    """Busy handlers that commit an effect: each handler process opens one connection
+    of its own for its completions, and keeps it, so a worker holds at most its
+    supervisor's roles plus one per slot (the budget README's "Running on many hosts"
+    gives), counted all the while the jobs run."""
+    queue = make_queue(clock=None)
+    ledger.create(queue.engine)
+    jobs = 2 * concurrency
+    queue.enqueue_many("ordinary", [{"work_s": 0.5}] * jobs)
+    queue.close()
+    url = sa.make_url(dsn)
+    log = tmp_path / "worker.log"
+    command = ("worker", REGISTRY_SPEC, "--concurrency", str(concurrency))
+    libpq = url.set(drivername="postgresql").render_as_string(hide_password=False)
+    counted: list[int] = []
+
+    def all_done() -> bool:
+        counted.append(backends_of(conn, url.database))
+        done = conn.execute(f"SELECT count(*) FROM {ledger.name}").fetchone()
+        return done is not None and done[0] == jobs
+
+    with (
+        psycopg.connect(libpq, autocommit=True) as conn,
+        queuecore_process(*command, "--dsn", dsn, log=log) as worker,
+    ):
+        wait_until(all_done, worker, log, timeout=120)
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=60) == 0, log.read_text()
+    assert max(counted) <= SUPERVISOR_ROLES + concurrency, (max(counted), log.read_text()[-2000:])
+    print(f"connections of a worker at concurrency {concurrency}: at most {max(counted)}")
