@@ -6,13 +6,18 @@ whatever its concurrency."""
 from __future__ import annotations
 
 import signal
+from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
 import sqlalchemy as sa
 
+import queuecore
+from queuecore.conformance.postgresql_server import PrivateCluster
 from queuecore.demo.jobs import ledger
 from queuecore.demo.pool import REGISTRY_SPEC
+from tests.faults.outage import new_database
 from tests.worker.processes import queuecore_process, wait_until
 
 SLOTS = 4
@@ -55,21 +60,26 @@ def test_handler_processes_without_effects_open_no_connection(make_queue, dsn, t
     assert log.read_text().count("done in") == len(ids)
 
 
+@pytest.fixture(scope="module")
+def cluster(server_binaries: Path) -> Iterator[PrivateCluster]:
+    """A server of the module's own: 68 connections at once would starve the shared one
+    (100 by default) of the tests running beside this one."""
+    with PrivateCluster(server_binaries) as running:
+        yield running
+
+
 @pytest.mark.postgresql_only
-@pytest.mark.parametrize("backend", ["postgresql"])
+@pytest.mark.xdist_group("private-pg-connections")
 @pytest.mark.parametrize("concurrency", [1, 64])
-def test_a_busy_worker_holds_its_own_connections_and_one_per_slot(
-    make_queue, dsn, tmp_path, concurrency
-):
+def test_a_busy_worker_holds_its_own_connections_and_one_per_slot(cluster, tmp_path, concurrency):
     """Busy handlers that commit an effect: each handler process opens one connection
     of its own for its completions, and keeps it, so a worker holds at most its
     supervisor's roles plus one per slot (the budget README's "Running on many hosts"
     gives), counted all the while the jobs run."""
-    queue = make_queue(clock=None)
-    ledger.create(queue.engine)
+    dsn = new_database(cluster.dsn)
     jobs = 2 * concurrency
-    queue.enqueue_many("ordinary", [{"work_s": 0.5}] * jobs)
-    queue.close()
+    with queuecore.connect(dsn) as queue:
+        queue.enqueue_many("ordinary", [{"work_s": 0.5}] * jobs)
     url = sa.make_url(dsn)
     log = tmp_path / "worker.log"
     command = ("worker", REGISTRY_SPEC, "--concurrency", str(concurrency))
