@@ -23,30 +23,35 @@ import sqlalchemy as sa
 
 import queuecore
 from queuecore.conformance.pgbouncer import PgBouncer
-from queuecore.conformance.postgresql_server import ServerUnavailable
+from queuecore.conformance.postgresql_server import PrivateCluster, ServerUnavailable
 from queuecore.demo.jobs import ledger
 from queuecore.demo.pool import WorkerPool, worker_command
 from queuecore.demo.verdict import outcomes
 from tests.faults.helpers import wait_until
-from tests.faults.outage import unfinished
+from tests.faults.outage import new_database, unfinished
 
 # One pooler for the module: its tests run on one process of a parallel run.
 pytestmark = [pytest.mark.postgresql_only, pytest.mark.xdist_group("pgbouncer")]
 
 JOBS = 200
+MANY_WORKERS, MANY_JOBS = 8, 80
 LEASE_SECONDS = 5.0
 NOT_HEARD = "did not reach its own LISTEN"
+
+
+def pgbouncer(server: str, pool_size: int) -> PgBouncer:
+    """PgBouncer in front of `server` (not started), or the test skipped without it."""
+    try:
+        return PgBouncer(server, pool_size=pool_size)
+    except ServerUnavailable as exc:  # .ci/run fails a run that skipped PostgreSQL tests
+        pytest.skip(f"NO PGBOUNCER: the PostgreSQL tests behind a pooler cannot run ({exc})")
 
 
 @pytest.fixture(scope="module")
 def bouncer(postgres_server: str) -> Iterator[PgBouncer]:
     # A pool smaller than the connections the test's clients open: transactions take turns
     # on server connections, as they do behind a production pooler.
-    try:
-        running = PgBouncer(postgres_server, pool_size=4)
-    except ServerUnavailable as exc:  # .ci/run fails a run that skipped PostgreSQL tests
-        pytest.skip(f"NO PGBOUNCER: the PostgreSQL tests behind a pooler cannot run ({exc})")
-    with running:
+    with pgbouncer(postgres_server, pool_size=4) as running:
         yield running
 
 
@@ -145,3 +150,58 @@ def test_r34_wait_returns_the_result_through_the_pooler(bouncer: PgBouncer, data
 def test_r34_a_prepare_threshold_that_is_no_count_is_refused_before_connecting() -> None:
     with pytest.raises(ValueError, match="prepare_threshold='sometimes'"):
         queuecore.connect("postgresql://app@127.0.0.1:1/app?prepare_threshold=sometimes")
+
+
+def clients_of(port: int) -> int:
+    """Established TCP connections to `port` on this machine (iproute2's ss)."""
+    listed = subprocess.run(
+        ["ss", "-Htn", "state", "established", f"( dport = :{port} )"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return len(listed.stdout.splitlines())
+
+
+@pytest.mark.slow
+def test_r34_more_workers_than_the_server_takes_connections_drain_through_the_pooler(
+    server_binaries: Path, tmp_path: Path
+) -> None:
+    """A server of its own allowing 20 connections (17 for clients), PgBouncer with 8
+    in front, and 8 workers whose effects give each up to 5 connections: up to 40
+    clients, every job done once, no worker turned away (100 workers and a server of
+    100 are the same sum, more than this machine can run beside the suite)."""
+    with PrivateCluster(server_binaries, settings={"max_connections": "20"}) as server:
+        database = new_database(server.dsn)
+        with pgbouncer(server.dsn, pool_size=8) as pooler:
+            dsn = pooled(pooler, database)
+            peak = drain_with_workers(dsn, MANY_WORKERS, tmp_path / "workers.log", pooler.port)
+            direct = sa.create_engine(database)
+            found = outcomes(direct, "many")
+            direct.dispose()
+    assert {(r["state"], r["ledger"]) for r in found} == {("done", 1)}
+    assert len(found) == MANY_JOBS
+    assert peak > 20, "the workers never held more connections than the server allows"
+    print(f"{MANY_WORKERS} workers held {peak} connections to the pooler; the server allows 20")
+
+
+def drain_with_workers(dsn: str, workers: int, log: Path, port: int) -> int:
+    """`workers` workers (concurrency 1) drain MANY_JOBS; the peak of their connections."""
+    peak = 0
+    with queuecore.connect(dsn) as queue, open(log, "ab") as out:
+        queue.enqueue_many("ordinary", [{"work_s": 0.05}] * MANY_JOBS, queue="many")
+        pool = WorkerPool(worker_command("many", 1, LEASE_SECONDS), workers, out, dsn=dsn)
+        pool.start()
+        try:
+
+            def drained() -> bool:
+                nonlocal peak
+                peak = max(peak, clients_of(port))
+                assert all(proc.poll() is None for proc in pool.procs), log.read_text()[-3000:]
+                return unfinished(queue, "many") == 0
+
+            wait_until(drained, "every job is done through the pooler")
+        finally:
+            codes = pool.stop()
+    assert codes == [0] * workers, log.read_text()[-3000:]
+    return peak
