@@ -49,6 +49,8 @@ MIGRATION_LOCK = 0x71C0_5E11
 _SEQUENCE = "pg_get_serial_sequence(:table, 'id')"
 _SEQUENCE_READ = sa.text(f"SELECT pg_sequence_last_value({_SEQUENCE}::regclass)")
 _SEQUENCE_WRITE = sa.text(f"SELECT setval({_SEQUENCE}, :value, true)")
+#: The DSN's query parameter handed to psycopg rather than to libpq (`driver_options`).
+PREPARE_THRESHOLD = "prepare_threshold"
 NOTIFY = select(func.pg_notify(CHANNEL, bindparam("payload")))
 #: Where migration 0003's trigger announces that an awaited job finished (its id).
 FINISHED_CHANNEL = "queuecore_finished"
@@ -150,8 +152,9 @@ class PostgresQueue(SQLQueue):
     def create_engine(cls, bind: str | URL | Engine, **options: Any) -> Engine:
         if isinstance(bind, Engine):
             return bind.execution_options(queuecore_postgresql=True)  # its pool, our options
+        url, options = engine_arguments(bind, options)
         try:
-            return sa.create_engine(psycopg_url(bind), **options)
+            return sa.create_engine(url, **options)
         except ModuleNotFoundError as exc:
             raise ModuleNotFoundError(
                 f"{exc}; the PostgreSQL backend needs psycopg 3: "
@@ -168,13 +171,18 @@ class PostgresQueue(SQLQueue):
     @classmethod
     @contextmanager
     def migrating(cls, engine: Engine) -> Iterator[None]:
-        """An advisory lock of a session of its own: it outlasts the migration's commit."""
-        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            conn.execute(sa.text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK})
+        """An advisory lock of a transaction of its own, kept open until the migration's
+        transaction (on another connection) has committed. A transaction's lock, not a
+        session's: behind a transaction-mode pooler (R34) the session is not ours between
+        transactions, and a session lock would be left on a server connection that the
+        pooler hands to others, while an open transaction keeps its server connection."""
+        with engine.connect() as conn:
+            held = conn.begin()
             try:
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
                 yield
             finally:
-                conn.execute(sa.text("SELECT pg_advisory_unlock(:key)"), {"key": MIGRATION_LOCK})
+                held.rollback()  # it wrote nothing: its end only lets the lock go
 
     @classmethod
     def id_sequence(cls, conn: Connection) -> int:
@@ -220,6 +228,39 @@ def psycopg_url(bind: str | URL) -> URL:
     """The DSN with psycopg 3 as its driver when it names none."""
     url = make_url(bind)
     return url.set(drivername="postgresql+psycopg") if url.drivername == "postgresql" else url
+
+
+def engine_arguments(bind: str | URL, options: dict[str, Any]) -> tuple[URL, dict[str, Any]]:
+    """The URL and engine options for `bind`, with the DSN's psycopg options (below)
+    moved into the options' `connect_args`."""
+    url, connect_args = driver_options(psycopg_url(bind))
+    if connect_args:
+        options = {**options, "connect_args": {**options.get("connect_args", {}), **connect_args}}
+    return url, options
+
+
+def driver_options(url: URL) -> tuple[URL, dict[str, Any]]:
+    """The DSN without the query parameters that are psycopg's own rather than libpq's,
+    and those as psycopg's connect arguments. One so far: `prepare_threshold` (R34).
+    psycopg prepares a statement on the server once it ran it that many times; a
+    transaction-mode pooler (PgBouncer before 1.21) hands the next transaction another
+    server connection, which lacks it or has another under the same name. Behind such a
+    pooler write `?prepare_threshold=none`: nothing is ever prepared."""
+    raw = url.query.get(PREPARE_THRESHOLD)
+    if raw is None:
+        return url, {}
+    said = raw[-1] if isinstance(raw, tuple) else raw
+    if said.strip().lower() in ("none", "off", "never"):
+        threshold: int | None = None
+    elif said.strip().isdigit():
+        threshold = int(said)
+    else:
+        raise ValueError(
+            f"{PREPARE_THRESHOLD}={said!r} in the DSN: write a count of runs (psycopg's "
+            f"default is 5), or none to never prepare (behind PgBouncer in transaction mode)"
+        )
+    stripped = url.difference_update_query([PREPARE_THRESHOLD])
+    return stripped, {PREPARE_THRESHOLD: threshold}
 
 
 class Notifications:

@@ -23,7 +23,7 @@ from queuecore.backends.postgresql import (
     NOTIFY,
     PostgresBackend,
     detached,
-    psycopg_url,
+    engine_arguments,
 )
 from sqlalchemy import URL
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -219,13 +219,15 @@ class AsyncFinishedListener:
 async def open_postgresql(
     url: URL, ops_options: dict[str, Any], *, notify: bool = True, **pool: Any
 ) -> PostgresAsyncDriver:
-    target = psycopg_url(url)
+    target, pool = engine_arguments(url, pool)
     engine = create_async_engine(target, **pool).execution_options(queuecore_postgresql=True)
     backend = PostgresBackend(engine.dialect, notify=notify)
     ops = Operations(backend, **ops_options)  # checks every option before anything is written
 
     def check_schema() -> None:
-        sync_engine = sa.create_engine(target, poolclass=NullPool)
+        sync_engine = sa.create_engine(
+            target, poolclass=NullPool, connect_args=pool.get("connect_args", {})
+        )
         try:
             ensure_schema(sync_engine, migrate=backend.migrates_on_connect)
         finally:

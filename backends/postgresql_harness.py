@@ -1,7 +1,8 @@
 """The conformance kit's harness for PostgreSQL (`queuecore.conformance.harness`): a
 server found or started (`queuecore.conformance.postgresql_server`), one migrated
 database for the session emptied before each test, and throw-away databases on demand,
-all dropped at the end."""
+all dropped at the end. `PgBouncerHarness` runs the same through a private PgBouncer in
+transaction mode (R34)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
+from queuecore.backends.postgresql import engine_arguments
 
 from queuecore.conformance.harness import PRIMARY_KEY, Plan, Unavailable
-from queuecore.conformance.postgresql_server import find_or_start_postgres
+from queuecore.conformance.pgbouncer import PgBouncer
+from queuecore.conformance.postgresql_server import ServerUnavailable, find_or_start_postgres
 from queuecore.conformance.server_harness import ServerHarness
 from queuecore.schema import jobs
 
@@ -61,6 +64,41 @@ class PostgresHarness(ServerHarness):
     def stop(self) -> None:
         super().stop()
         self._servers.close()
+
+
+class PgBouncerHarness(PostgresHarness):
+    """The PostgreSQL half through PgBouncer in transaction mode, on the DSN a user
+    behind one writes (`?prepare_threshold=none`): the databases are made and emptied on
+    the server, and every test's queue reaches them through the pooler. No "listen": a
+    pooler drops LISTEN, so the tests that need a NOTIFY to arrive are not made for it."""
+
+    name: ClassVar[str] = "pgbouncer"
+    capabilities: ClassVar[frozenset[str]] = frozenset({"shared_chain"})
+
+    def start(self, scratch: Path) -> None:
+        super().start(scratch)
+        try:
+            self._bouncer = self._servers.enter_context(PgBouncer(self.server))
+        except ServerUnavailable as exc:
+            self.stop()
+            raise Unavailable(str(exc)) from exc
+
+    def fresh(self, scratch: Path) -> str:
+        return self._pooled(super().fresh(scratch))
+
+    def unmigrated(self, scratch: Path) -> str:
+        return self._pooled(super().unmigrated(scratch))
+
+    def engine(self, dsn: str) -> sa.Engine:
+        url, options = engine_arguments(dsn, {})
+        return sa.create_engine(url, **options)
+
+    def describe(self) -> str | None:
+        said = super().describe()
+        return f"{said}, through PgBouncer {self._bouncer.binary} (transaction mode)"
+
+    def _pooled(self, direct: str) -> str:
+        return self._bouncer.dsn(sa.make_url(direct).database)
 
 
 def _nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:

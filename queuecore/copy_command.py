@@ -23,6 +23,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "with their leases when their workers are gone for good",
     )
     parser.add_argument(
+        "--reserve-ids",
+        type=int,
+        default=copying.RESERVE_IDS,
+        metavar="N",
+        help="ids left to the source for the jobs it takes until the next copy: the "
+        f"target's next id goes N past the source's last (default {copying.RESERVE_IDS:,})",
+    )
+    parser.add_argument(
         "--sqlite-driver",
         metavar="MODULE",
         help="SQLite only (ignored elsewhere): the DB-API module for either side",
@@ -38,6 +46,7 @@ def main(args: argparse.Namespace) -> int:
             args.target,
             batch=args.batch,
             live_leases=args.live_leases,
+            reserve_ids=args.reserve_ids,
             progress=None if bar is None else bar.update,
             **options,
         )
@@ -48,7 +57,8 @@ def main(args: argparse.Namespace) -> int:
     print(
         f"copied {report.copied} job(s) ({report.already_there} already on the target) in "
         f"{report.seconds:.1f}s, {rate:,.0f} jobs/s; new jobs on the target get ids above "
-        f"{report.next_id}"
+        f"{report.next_id}; the source may hand out {report.reserved:,} more id(s) before "
+        "the next copy"
     )
     return 0
 

@@ -5,6 +5,11 @@ copied without a change here.
 Each batch is one transaction on the target and inserts with ON CONFLICT (id) DO NOTHING:
 a second run, or one started again after an interruption, writes only what is missing.
 A job already on the target is never overwritten: once copied, the target is its truth.
+
+Both sides may take new jobs between the first copy and the last (R35): the target's ids
+are moved past the source's by `reserve_ids` before any row is written, so the source's
+next ids and the target's never meet, and a later copy moves the source's new jobs with
+their own ids. A copy killed at any point leaves a target whose next enqueue works.
 """
 
 from __future__ import annotations
@@ -22,6 +27,10 @@ from queuecore.errors import CopyConflictError, LiveLeasesError
 from queuecore.schema import RUNNING, jobs
 
 LiveLeases = Literal["refuse", "keep"]
+#: Ids left to the source after a copy, for what it enqueues until the last copy: the
+#: target's next id is this far above the source's last. Ids are 64-bit; a million is
+#: days of a busy application's jobs, and costs nothing but the gap.
+RESERVE_IDS = 1_000_000
 #: What makes two rows the same job: fixed when it was enqueued, never changed after.
 IDENTITY = (jobs.c.kind, jobs.c.created_at, jobs.c.payload)
 
@@ -34,6 +43,9 @@ class CopyReport:
     already_there: int
     seconds: float
     next_id: int  # the target's ids now start above this
+    #: The source's ids up to `next_id` are left to it: how many it may still hand out
+    #: before a later copy must run (its ids above that would meet the target's).
+    reserved: int
 
     @property
     def seen(self) -> int:
@@ -46,14 +58,18 @@ def copy(
     *,
     batch: int = 1000,
     live_leases: LiveLeases = "refuse",
+    reserve_ids: int = RESERVE_IDS,
     progress: Callable[[int], None] | None = None,
     **options: Any,
 ) -> CopyReport:
     """Copy every job of `source` into `target` with its id, state, attempts, lease, times,
     payload, errors and dedupe key. `options` are connect()'s (sqlite_driver, ...), used for
     both. `progress(n)` hears of each batch's n rows. Running jobs under live leases are
-    refused unless `live_leases="keep"`: see ADR 0009 for why and what "keep" promises."""
+    refused unless `live_leases="keep"`: see ADR 0009 for why and what "keep" promises.
+    The target's next id goes `reserve_ids` past the source's last, before any row is
+    written: the source may go on taking that many new jobs until the next copy."""
     batch = validate.at_least("batch", batch, 1)
+    reserve_ids = validate.at_least("reserve_ids", reserve_ids, 0)
     if live_leases not in ("refuse", "keep"):
         raise ValueError(f"live_leases must be 'refuse' or 'keep', got {live_leases!r}")
     started = time.monotonic()
@@ -64,6 +80,7 @@ def copy(
             _refuse_live_leases(src)
         reader = src.engine.execution_options(queuecore_read_only=True)
         _refuse_different_jobs(reader, dst.engine, batch)
+        _reserve_ids(reader, dst.engine, reserve_ids)
         copied = seen = 0
         for rows in _batches(reader, batch):
             try:
@@ -74,13 +91,9 @@ def copy(
             seen += len(rows)
             if progress is not None:
                 progress(len(rows))
-        source_backend, target_backend = backend_for(src.engine.url), backend_for(dst.engine.url)
-        with reader.connect() as conn:
-            last = max(source_backend.id_sequence(conn), _max_id(conn))
-        with dst.engine.begin() as conn:
-            target_backend.advance_id_sequence(conn, last)
-            next_id = target_backend.id_sequence(conn)
-    return CopyReport(copied, seen - copied, time.monotonic() - started, next_id)
+        # Again: the source may have handed out more ids while its rows were copied.
+        last, next_id = _reserve_ids(reader, dst.engine, reserve_ids)
+    return CopyReport(copied, seen - copied, time.monotonic() - started, next_id, next_id - last)
 
 
 def count(source: str | URL | Engine, **options: Any) -> int:
@@ -190,13 +203,25 @@ def _refuse_different_jobs(reader: Engine, target: Engine, size: int) -> None:
             raise CopyConflictError(
                 f"the target holds different jobs under ids the source uses ({different[:10]}); "
                 "nothing was copied. Copy into an empty database, or the one an earlier copy "
-                "of this source filled."
+                "of this source filled; after a copy the source may hand out only the ids it "
+                "reserved for it (reserve_ids, --reserve-ids) before the next one."
             )
         after = theirs[-1][0]
 
 
 def _by_id(rows: Sequence[Any]) -> Mapping[int, tuple[Any, ...]]:
     return {row[0]: tuple(row[1:]) for row in rows}
+
+
+def _reserve_ids(source: Engine, target: Engine, reserve: int) -> tuple[int, int]:
+    """Move the target's next id `reserve` past the last id the source handed out
+    (purged ones included), never back; returns (that last id, the target's last id)."""
+    with source.connect() as conn:
+        last = max(backend_for(source.url).id_sequence(conn), _max_id(conn))
+    target_backend = backend_for(target.url)
+    with target.begin() as conn:
+        target_backend.advance_id_sequence(conn, last + reserve)
+        return last, target_backend.id_sequence(conn)
 
 
 def _max_id(conn: Connection) -> int:

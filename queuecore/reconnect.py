@@ -51,6 +51,11 @@ log = logging.getLogger("queuecore")
 # server needs a few seconds. Longer outages are the caller's (the worker's back-off).
 PAUSES = (0.0, 0.25, 0.5, 1.0, 2.0)
 
+# A connection found lost this soon after the outage was said to be over belongs to the
+# same outage: after a failover each of a worker's connections (claims, heartbeats,
+# completions) meets the old server once, a moment apart.
+SAME_OUTAGE = 5.0
+
 # Set on a DBAPIError that lost its connection: "before commit" or "during commit".
 LOST = "_queuecore_lost"
 
@@ -63,19 +68,27 @@ class Outage:
     The first lost connection says so at WARNING and the first success after it says how
     long it lasted; everything between is DEBUG. A worker's slots, heartbeat and claimer
     each meet the same restart, several times over: one line per meeting would be
-    dozens per second, and the one that matters would scroll away."""
+    dozens per second, and the one that matters would scroll away. A connection lost
+    within SAME_OUTAGE of the end is the same outage's, said only if it lasts."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._since: float | None = None
+        self._ended = -SAME_OUTAGE  # when the last outage was over (monotonic)
+        self._said = False  # whether this outage was said to have begun
 
     def noticed(self, what: str, exc: DBAPIError) -> None:
         cause = str(exc.orig).strip().partition("\n")[0]  # psycopg adds hint lines
         # Said under the lock, as `over` says its line: a thread that saw the outage end
         # between this one's noticing and its saying would log "back" before "lost".
         with self._lock:
+            now = time.monotonic()
             if self._since is None:
-                self._since = time.monotonic()
+                self._since = now
+                self._said = False
+            straggler = self._since - self._ended < SAME_OUTAGE  # of the outage just over
+            if not self._said and (not straggler or now - self._since >= SAME_OUTAGE):
+                self._said = True
                 log.warning(
                     "queuecore: database connection lost %s; reconnecting with back-off, "
                     "quiet until it is back: %s",
@@ -91,8 +104,11 @@ class Outage:
         with self._lock:
             since, self._since = self._since, None
             if since is not None:
-                elapsed = time.monotonic() - since
-                log.warning("queuecore: database connection back after %.1fs", elapsed)
+                self._ended = time.monotonic()
+                level = logging.WARNING if self._said else logging.DEBUG
+                log.log(
+                    level, "queuecore: database connection back after %.1fs", self._ended - since
+                )
 
 
 def connection_lost(exc: BaseException) -> bool:

@@ -174,17 +174,21 @@ class PrivateCluster:
         self.folder = Path(tempfile.mkdtemp(prefix="queuecore-pg-"))
         if self._owner is not None:
             os.chown(self.folder, self._owner.pw_uid, self._owner.pw_gid)
-        self._run(
-            "initdb",
-            *("-D", str(self._data), "-U", SUPERUSER, "-A", "trust", "-E", "UTF8"),
-            *("--no-locale", "--no-sync", "--no-instructions"),
-        )
+        self._fill()
         self.port = _free_port()
         self._configure(
             listen_addresses="127.0.0.1",
             unix_socket_directories=str(self.folder),
             port=str(self.port),
             **self.settings,
+        )
+
+    def _fill(self) -> None:
+        """Write the data folder: a new cluster (a standby's would copy a primary's)."""
+        self._run(
+            "initdb",
+            *("-D", str(self._data), "-U", SUPERUSER, "-A", "trust", "-E", "UTF8"),
+            *("--no-locale", "--no-sync", "--no-instructions"),
         )
 
     def _configure(self, **settings: str) -> None:

@@ -75,7 +75,11 @@ def test_listen_hears_an_enqueue_where_the_backend_can_listen_and_is_none_elsewh
     async def scenario(queue: Any) -> None:
         listener = await queue.listen()
         if "listen" not in harness.capabilities:
-            assert listener is None
+            if listener is not None:  # behind a pooler: LISTEN runs, and hears nothing
+                try:
+                    assert not await listener.reaches_itself(1.0)
+                finally:
+                    await listener.close()
             return
         try:
             assert await listener.reaches_itself(5.0)

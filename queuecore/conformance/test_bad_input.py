@@ -13,8 +13,8 @@ from queuecore.migrate import VERSION_TABLE, head_revision
 NOT_AN_OBJECT = [["a list"], "a string", None, 42, {"a set": {1, 2}}, {"nan": float("nan")}]
 
 
-def tables(dsn: str) -> list[str]:
-    engine = sa.create_engine(dsn)
+def tables(harness, dsn: str) -> list[str]:
+    engine = harness.engine(dsn)
     try:
         return sorted(sa.inspect(engine).get_table_names())
     finally:
@@ -80,10 +80,12 @@ def test_r22_claim_limit_below_one_is_a_value_error(queue, db, limit):
     ],
     ids=repr,
 )
-def test_r22_bad_connect_option_is_a_value_error_before_any_write(empty_dsn, options, argument):
+def test_r22_bad_connect_option_is_a_value_error_before_any_write(
+    harness, empty_dsn, options, argument
+):
     with pytest.raises(ValueError, match=argument):
         queuecore.connect(empty_dsn, **options)
-    assert tables(empty_dsn) == []  # not even migrated
+    assert tables(harness, empty_dsn) == []  # not even migrated
 
 
 @pytest.mark.parametrize("opener", [queuecore.connect, queuecore.migrate])
@@ -107,13 +109,13 @@ def test_r22_an_unmigrated_database_is_migrated_at_connect_or_refused_with_what_
             queuecore.connect(empty_dsn, clock=clock)
         assert "queuecore migrate" in str(caught.value)
         assert "has no queuecore schema" in str(caught.value)
-        assert tables(empty_dsn) == []
+        assert tables(harness, empty_dsn) == []
         return
     with queuecore.connect(empty_dsn, clock=clock) as queue:
         job_id = queue.enqueue("k", {}).id
         assert [job.id for job in queue.claim("w")] == [job_id]
-    assert tables(empty_dsn) == sorted(["queuecore_jobs", VERSION_TABLE])
-    engine = sa.create_engine(empty_dsn)
+    assert tables(harness, empty_dsn) == sorted(["queuecore_jobs", VERSION_TABLE])
+    engine = harness.engine(empty_dsn)
     with engine.connect() as conn:
         version = conn.execute(sa.text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
     engine.dispose()

@@ -8,6 +8,7 @@ import pytest
 import sqlalchemy as sa
 
 import queuecore
+from queuecore.conformance.harness import Harness
 
 LEASE = 30
 
@@ -17,10 +18,10 @@ class Abort(BaseException):
 
 
 @pytest.fixture
-def side_table(dsn: str) -> Iterator[sa.Table]:
+def side_table(harness: Harness, dsn: str) -> Iterator[sa.Table]:
     """A table of the application's own, for effects to write to."""
     table = sa.Table("effect_rows", sa.MetaData(), sa.Column("job_id", sa.Integer))
-    engine = sa.create_engine(dsn)
+    engine = harness.engine(dsn)
     with engine.begin() as conn:
         table.drop(conn, checkfirst=True)
         table.create(conn)

@@ -16,6 +16,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
 import queuecore
+from queuecore.conformance.harness import Harness
 from queuecore.conformance.helpers import capture_sql
 from queuecore.migrate import VERSION_TABLE, head_revision, include_object, models
 from queuecore.schema import jobs
@@ -24,8 +25,8 @@ DDL = ("CREATE", "ALTER", "DROP")
 
 
 @pytest.fixture
-def engine(empty_dsn: str) -> Iterator[sa.Engine]:
-    engine = sa.create_engine(empty_dsn)
+def engine(harness: Harness, empty_dsn: str) -> Iterator[sa.Engine]:
+    engine = harness.engine(empty_dsn)
     yield engine
     engine.dispose()
 

@@ -13,6 +13,7 @@ from alembic import command
 
 import queuecore
 from queuecore.conformance.fixtures import START, FakeClock
+from queuecore.conformance.harness import Harness
 from queuecore.conformance.test_migrations import drift
 from queuecore.job import to_datetime
 from queuecore.migrate import alembic_config, current_revision, head_revision, include_object
@@ -23,8 +24,8 @@ LEASE = 30.0
 
 
 @pytest.fixture
-def old_engine(empty_dsn: str) -> Iterator[sa.Engine]:
-    engine = sa.create_engine(empty_dsn)
+def old_engine(harness: Harness, empty_dsn: str) -> Iterator[sa.Engine]:
+    engine = harness.engine(empty_dsn)
     yield engine
     engine.dispose()
 

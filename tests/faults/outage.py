@@ -76,12 +76,14 @@ def new_database(server: str) -> str:
     return dsn
 
 
-def enqueue_work(queue: queuecore.Queue, queue_name: str) -> dict[int, str]:
+def enqueue_work(
+    queue: queuecore.Queue, queue_name: str, ordinary: int = ORDINARY, hopeless: int = HOPELESS
+) -> dict[int, str]:
     """Job id -> kind: jobs that succeed in a few milliseconds, and a few that always raise."""
     rules = {k.name: k for k in KINDS}
     rng = random.Random(0)
     kinds: dict[int, str] = {}
-    for name, count in (("ordinary", ORDINARY), ("hopeless", HOPELESS)):
+    for name, count in (("ordinary", ordinary), ("hopeless", hopeless)):
         ids = queue.enqueue_many(
             name,
             [payload(name, LEASE_SECONDS, rng) for _ in range(count)],
@@ -150,16 +152,21 @@ def drain_through_fault(
     name: str,
     tmp_path: Path,
     back: Callable[[], bool] | None = None,
-) -> None:
+    *,
+    workers: int = WORKERS,
+    ordinary: int = ORDINARY,
+    hopeless: int = HOPELESS,
+) -> Counter[str]:
     """The scenario, with `fault` breaking the connections once a third of the jobs are
-    done; `back`, if given, must come true afterwards (PostgreSQL: every worker LISTENs)."""
+    done; `back`, if given, must come true afterwards (PostgreSQL: every worker LISTENs).
+    Returns how many jobs ended in each state."""
     queue_name = f"restart-{name}"
-    kinds = enqueue_work(queue, queue_name)
+    kinds = enqueue_work(queue, queue_name, ordinary, hopeless)
     total = len(kinds)
     log = tmp_path / "workers.log"
     with open(log, "ab") as out:
         pool = WorkerPool(
-            worker_command(queue_name, CONCURRENCY, LEASE_SECONDS), WORKERS, out, dsn=database
+            worker_command(queue_name, CONCURRENCY, LEASE_SECONDS), workers, out, dsn=database
         )
         pool.start()
         try:
@@ -184,7 +191,7 @@ def drain_through_fault(
             stop_codes = pool.stop()
 
     context = f"{name}; worker log in {log}"
-    assert stop_codes == [0] * WORKERS and not pool.exits, (stop_codes, pool.exits, context)
+    assert stop_codes == [0] * workers and not pool.exits, (stop_codes, pool.exits, context)
     assert all(after[pid] > 0 for pid in pids), f"a worker stopped draining: {after} {context}"
 
     found = {row["id"]: row for row in outcomes(queue.engine, queue_name)}
@@ -213,6 +220,7 @@ def drain_through_fault(
     states = Counter(row["state"] for row in found.values())
     print(  # shown with -s: what the scenario did
         f"{name}: {total} jobs, {states['done']} done, {states['dead']} dead, "
-        f"{sum(r['ledger'] for r in found.values())} ledger rows, {WORKERS} workers alive "
+        f"{sum(r['ledger'] for r in found.values())} ledger rows, {workers} workers alive "
         f"throughout, fault took {outage:.1f}s"
     )
+    return states

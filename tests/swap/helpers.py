@@ -28,6 +28,13 @@ def new_database(kind: str, request: pytest.FixtureRequest, tmp_path: Path, name
     return dsn
 
 
+def new_pair(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
+    """(source, target) for a fixture parametrized by direction ("sqlite-to-postgresql")."""
+    source_kind, _, target_kind = request.param.split("-")
+    source = new_database(source_kind, request, tmp_path, "source")
+    return source, new_database(target_kind, request, tmp_path, "target")
+
+
 def rows(dsn: str) -> dict[int, dict[str, Any]]:
     """Every column of every job (whatever columns the schema has), by id."""
     engine = sa.create_engine(dsn)

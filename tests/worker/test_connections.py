@@ -6,11 +6,18 @@ whatever its concurrency."""
 from __future__ import annotations
 
 import signal
+from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
 import sqlalchemy as sa
 
+import queuecore
+from queuecore.conformance.postgresql_server import PrivateCluster
+from queuecore.demo.jobs import ledger
+from queuecore.demo.pool import REGISTRY_SPEC
+from tests.faults.outage import new_database
 from tests.worker.processes import queuecore_process, wait_until
 
 SLOTS = 4
@@ -51,3 +58,45 @@ def test_handler_processes_without_effects_open_no_connection(make_queue, dsn, t
     # Read once the worker has exited: a job's line is logged after its completion
     # commits, so the table can say done before the log does.
     assert log.read_text().count("done in") == len(ids)
+
+
+@pytest.fixture(scope="module")
+def cluster(server_binaries: Path) -> Iterator[PrivateCluster]:
+    """A server of the module's own: 68 connections at once would starve the shared one
+    (100 by default) of the tests running beside this one."""
+    with PrivateCluster(server_binaries) as running:
+        yield running
+
+
+@pytest.mark.postgresql_only
+@pytest.mark.xdist_group("private-pg-connections")
+@pytest.mark.parametrize("concurrency", [1, 64])
+def test_a_busy_worker_holds_its_own_connections_and_one_per_slot(cluster, tmp_path, concurrency):
+    """Busy handlers that commit an effect: each handler process opens one connection
+    of its own for its completions, and keeps it, so a worker holds at most its
+    supervisor's roles plus one per slot (the budget README's "Running on many hosts"
+    gives), counted all the while the jobs run."""
+    dsn = new_database(cluster.dsn)
+    jobs = 2 * concurrency
+    with queuecore.connect(dsn) as queue:
+        queue.enqueue_many("ordinary", [{"work_s": 0.5}] * jobs)
+    url = sa.make_url(dsn)
+    log = tmp_path / "worker.log"
+    command = ("worker", REGISTRY_SPEC, "--concurrency", str(concurrency))
+    libpq = url.set(drivername="postgresql").render_as_string(hide_password=False)
+    counted: list[int] = []
+
+    def all_done() -> bool:
+        counted.append(backends_of(conn, url.database))
+        done = conn.execute(f"SELECT count(*) FROM {ledger.name}").fetchone()
+        return done is not None and done[0] == jobs
+
+    with (
+        psycopg.connect(libpq, autocommit=True) as conn,
+        queuecore_process(*command, "--dsn", dsn, log=log) as worker,
+    ):
+        wait_until(all_done, worker, log, timeout=120)
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=60) == 0, log.read_text()
+    assert max(counted) <= SUPERVISOR_ROLES + concurrency, (max(counted), log.read_text()[-2000:])
+    print(f"connections of a worker at concurrency {concurrency}: at most {max(counted)}")
