@@ -51,8 +51,6 @@ class MariaDBBackend(Backend):
     locks_rows_it_walks_past = True
     skips_conflicting_inserts = False
     writes_read_own_table = False
-    # The VARCHAR lengths of migrations/mariadb: InnoDB's B-tree keys hold no longer text.
-    text_limits: ClassVar[dict[str, int]] = {"kind": 255, "queue": 255, "dedupe_key": 512}
 
     def server_now(self) -> ColumnElement[float]:
         """The server's clock, fixed for the whole statement (NOW(6) is), as a DOUBLE:

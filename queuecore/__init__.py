@@ -6,6 +6,7 @@ from queuecore.connect import connect, connect_async
 from queuecore.copying import CopyReport, copy
 from queuecore.errors import (
     CopyConflictError,
+    CopyLimitsError,
     DatabaseBusyError,
     DatabaseUnreachableError,
     DedupeConflict,
@@ -32,6 +33,7 @@ __all__ = [
     "AsyncWorker",
     "Completions",
     "CopyConflictError",
+    "CopyLimitsError",
     "CopyReport",
     "DatabaseBusyError",
     "DatabaseUnreachableError",

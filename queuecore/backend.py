@@ -48,9 +48,6 @@ class Backend:
     #: An UPDATE or DELETE may read its own table in a subquery (MariaDB refuses it:
     #: such reads then go through a derived table, or the write waits for locked rows).
     writes_read_own_table: ClassVar[bool] = True
-    #: The longest text a column may hold, where the database sets one (a key's column
-    #: on MariaDB is a VARCHAR): R22 refuses longer text before anything is written.
-    text_limits: ClassVar[dict[str, int]] = {}
 
     def __init__(self, dialect: Dialect) -> None:
         self.dialect = dialect

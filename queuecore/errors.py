@@ -54,5 +54,15 @@ class CopyConflictError(QueuecoreError):
     the source's: copying would overwrite one of them or give one key two jobs."""
 
 
+class CopyLimitsError(QueuecoreError):
+    """`copy` found source jobs past the target's limits (R29: a name too long or holding
+    a control character, a payload or result too deep or too large), before writing
+    anything. `ids` lists them."""
+
+    def __init__(self, message: str, ids: list[int]) -> None:
+        super().__init__(message)
+        self.ids = ids
+
+
 class LiveLeasesError(QueuecoreError):
     """`copy` found jobs running on the source under leases that have not ended."""
