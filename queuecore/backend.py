@@ -16,6 +16,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.elements import ColumnElement
 
+from queuecore.errors import QueuecoreError
 from queuecore.job import Completions
 from queuecore.plans import DriverStep, Hot, Outcome
 from queuecore.statements import LIVE_WALK, Walk
@@ -70,6 +71,12 @@ class Backend:
         """Whether the server rolled the whole transaction back under `error` (a
         deadlock broken, a lock wait that ran out), so running it again is safe."""
         return False
+
+    def failure(self, error: Exception) -> type[QueuecoreError] | None:
+        """The queuecore error that a driver's error under `error` (SQLAlchemy's wrapper)
+        means for the user (R30): `StorageFullError` for a full disk, `DatabaseLimitError`
+        for a limit of the database's own; None for any other."""
+        return None
 
     def is_duplicate_key(self, error: Exception) -> bool:
         """Whether a failed INSERT broke the dedupe key's unique constraint (needed only

@@ -1,0 +1,141 @@
+"""R30: a full disk is `queuecore.StorageFullError` on both faces, with the driver's error
+as its cause and nothing half-written; the command line says it in one line and exits 1;
+a worker says it once when it starts and once when it ends, not on every claim.
+
+The disk is a small tmpfs of the test's own (mounting one needs root: skipped without)."""
+
+from __future__ import annotations
+
+import errno
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+import queuecore
+from queuecore.cli import main
+from tests.worker.processes import queuecore_process, wait_until
+
+BLOB = {"blob": "x" * 20_000}
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs (needs root): {mounted.stderr.strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=True)
+
+
+def fill(disk: Path) -> Path:
+    """Take every byte the disk has left; removing the file frees them."""
+    filler = disk / "filler"
+    with open(filler, "wb", buffering=0) as out:
+        try:
+            while True:
+                out.write(b"\0" * 4096)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+    return filler
+
+
+def count(dsn: str, where: str = "1 = 1") -> int:
+    engine = sa.create_engine(dsn)
+    try:
+        with engine.connect() as conn:
+            query = f"SELECT count(*) FROM queuecore_jobs WHERE {where}"
+            return int(conn.exec_driver_sql(query).scalar_one())
+    finally:
+        engine.dispose()
+
+
+def until_full(enqueue: Callable[[], Any], dsn: str) -> queuecore.StorageFullError:
+    """Enqueue batches until the disk refuses one; that batch must have left no row."""
+    for _ in range(200):  # SQLite may reuse its write-ahead log's space for a while
+        before = count(dsn)
+        try:
+            enqueue()
+        except queuecore.StorageFullError as exc:
+            assert count(dsn) == before  # nothing of the batch was written
+            return exc
+    raise AssertionError("the disk never filled up")
+
+
+def assert_says_full(error: queuecore.StorageFullError, dsn: str) -> None:
+    assert isinstance(error, queuecore.QueuecoreError)
+    assert isinstance(error.__cause__, sa.exc.DBAPIError)
+    assert "database or disk is full" in str(error)
+    assert dsn.removeprefix("sqlite:///") in str(error)  # it names the database
+
+
+def test_r30_a_full_disk_is_a_storage_full_error_on_both_faces(small_disk, connect, caplog):
+    dsn = f"sqlite:///{small_disk / 'jobs.db'}"
+    queue = connect(dsn)
+    try:
+        queue.enqueue("k", {})
+        filler = fill(small_disk)
+        error = until_full(lambda: queue.enqueue_many("k", [BLOB] * 5), dsn)
+        assert_says_full(error, dsn)
+        with pytest.raises(queuecore.StorageFullError):
+            queue.enqueue("k", BLOB)
+        assert queue.stats()["queued"] >= 1  # reads still work
+        filler.unlink()
+        queue.enqueue("k", {})
+    finally:
+        queue.close()
+    said = [r.getMessage() for r in caplog.records if r.name == "queuecore"]
+    assert len(said) == 2, said  # once when it starts, once when it ends
+    assert " is full" in said[0] and "writes succeed again" in said[1], said
+
+
+def test_r30_the_command_line_says_a_full_disk_in_one_line(small_disk, capsys):
+    dsn = f"sqlite:///{small_disk / 'jobs.db'}"
+    with queuecore.connect(dsn, max_attempts=1) as queue:
+        queue.enqueue("k", {})
+        (job,) = queue.claim("w")
+        queue.fail(job, "boom")
+        fill(small_disk)
+        until_full(lambda: queue.enqueue_many("k", [BLOB] * 5), dsn)
+    capsys.readouterr()
+    assert main(["dead", "requeue", "--all", "--dsn", dsn]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("queuecore dead: requeue_dead: the database")
+    assert "database or disk is full" in err
+
+
+def test_r30_a_worker_says_a_full_disk_once_when_it_starts_and_once_when_it_ends(
+    small_disk, tmp_path
+):
+    dsn = f"sqlite:///{small_disk / 'jobs.db'}"
+    with queuecore.connect(dsn) as queue:
+        queue.enqueue_many("quick", [{}] * 3)
+        filler = fill(small_disk)
+        until_full(lambda: queue.enqueue_many("k", [BLOB] * 5), dsn)
+    log = tmp_path / "worker.log"
+    args = ["worker", "tests.worker.handlers:REGISTRY", "--dsn", dsn, "--poll-interval", "0.1"]
+    with queuecore_process(*args, log=log) as worker:
+        wait_until(lambda: "is full" in log.read_text(), worker, log)
+        time.sleep(10)  # a claim every 0.1 s: a hundred tries meet the full disk
+        lines_while_full = log.read_text().splitlines()
+        filler.unlink()
+        wait_until(lambda: "writes succeed again" in log.read_text(), worker, log)
+        wait_until(lambda: count(dsn, "state = 'done'") == 3, worker, log)
+        worker.terminate()
+        worker.wait(timeout=30)
+    said_full = [line for line in lines_while_full if "full" in line]
+    assert len(said_full) == 1, lines_while_full
+    assert len(lines_while_full) <= 3, lines_while_full  # the start, "worker ... started"
