@@ -22,6 +22,7 @@ from sqlalchemy.dialects import mysql
 from sqlalchemy.sql.elements import ColumnElement
 
 from queuecore.backend import Backend
+from queuecore.dsn import shown
 from queuecore.errors import (
     DatabaseLimitError,
     QueuecoreError,
@@ -207,7 +208,7 @@ def refuse_mysql(engine: Engine) -> None:
     MySQL server behind a mysql:// DSN is not one this backend can run on."""
     if not getattr(engine.dialect, "is_mariadb", False):
         raise UnknownBackendError(
-            f"{engine.url.render_as_string(hide_password=True)} is a MySQL server, not "
+            f"{shown(engine.url)} is a MySQL server, not "
             "MariaDB: queuecore's backend needs MariaDB 10.5 or newer (INSERT … RETURNING, "
             "SKIP LOCKED)"
         )

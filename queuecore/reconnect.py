@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
+from queuecore.dsn import masked, shown
 from queuecore.errors import (
     ConnectionLostError,
     DeadlockError,
@@ -133,7 +134,7 @@ class Outage:
 
 
 def _first_line(exc: DBAPIError) -> str:
-    return str(exc.orig).strip().partition("\n")[0]  # psycopg adds hint lines
+    return masked(str(exc.orig).strip().partition("\n")[0])  # psycopg adds hint lines
 
 
 def connection_lost(exc: BaseException) -> bool:
@@ -147,7 +148,7 @@ def connection_lost(exc: BaseException) -> bool:
 
 def where(queue: Any) -> str:
     """The queue's database for a message: its URL without the password."""
-    return f"the database {queue.engine.url.render_as_string(hide_password=True)}"
+    return f"the database {shown(queue.engine.url)}"
 
 
 def give_up(exc: DBAPIError, queue: Any, name: str) -> NoReturn:

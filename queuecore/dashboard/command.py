@@ -7,15 +7,13 @@ import argparse
 import os
 import sys
 
+from queuecore import dsn_option
+
 TOKEN_VARIABLE = "QUEUECORE_DASHBOARD_TOKEN"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--dsn",
-        default=os.environ.get("QUEUECORE_DSN"),
-        help="database URL (default: $QUEUECORE_DSN)",
-    )
+    dsn_option.add(parser)
     parser.add_argument("--port", type=int, default=8080, help="default 8080")
     parser.add_argument(
         "--host",
@@ -48,12 +46,18 @@ def main(args: argparse.Namespace) -> int:
     from queuecore.dashboard.security import is_loopback
 
     if not args.dsn:
-        raise ValueError("no database: pass --dsn DSN or set QUEUECORE_DSN")
+        raise ValueError("no database: pass --dsn-file PATH or --dsn DSN, or set QUEUECORE_DSN")
     loopback = is_loopback(args.host)
     if not loopback and not args.read_only and not args.token:
         raise ValueError(
             f"--host {args.host} listens beyond this host: its actions need a token "
             f"(--token or ${TOKEN_VARIABLE}), or pass --read-only"
+        )
+    if args.token is not None and args.token != os.environ.get(TOKEN_VARIABLE):
+        print(
+            f"queuecore dashboard: warning: --token is readable by every user of this host in "
+            f"the process list; set ${TOKEN_VARIABLE} instead",
+            file=sys.stderr,
         )
     if args.token is not None and len(args.token) < 16:
         raise ValueError("the token must be at least 16 characters long")
