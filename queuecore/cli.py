@@ -26,8 +26,9 @@ from queuecore.migrate import migrate
 from queuecore.registry import RegistryNotFound, load_registry
 from queuecore.supervisor import HandlerProcesses
 from queuecore.table import render
+from queuecore.terminal import printable
 from queuecore.worker import Worker
-from queuecore.worklog import LOG_FORMAT, first_line
+from queuecore.worklog import configure_logging, first_line
 
 STATS_COLUMNS = ("queued", "running", "ready_now", "oldest_ready_age_s", "dead", "cancelled")
 KIND_STATS_COLUMNS = ("queued", "running", "ready_now", "oldest_ready_age_s")
@@ -58,9 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _shown(message: str, args: argparse.Namespace) -> str:
     """A failure's line without a secret of any DSN the command was given (a driver may
-    quote part of one)."""
+    quote part of one), and without a control character of a stored name."""
     dsns = [getattr(args, dest, None) for dest in ("dsn", "source", "target")]
-    return scrubbed(message, [secret for dsn in dsns for secret in secrets_of(dsn)])
+    return printable(scrubbed(message, [secret for dsn in dsns for secret in secrets_of(dsn)]))
 
 
 def in_option_names(message: str, parser: argparse.ArgumentParser) -> str:
@@ -242,7 +243,7 @@ def _worker(args: argparse.Namespace) -> int:
     except RegistryNotFound as exc:
         raise UsageError(str(exc)) from exc
     validate.at_least("--concurrency", args.concurrency, 1)  # before it sizes the pool
-    logging.basicConfig(level=args.log_level, format=LOG_FORMAT)
+    configure_logging(args.log_level, secrets_of(args.dsn))
     logging.getLogger("alembic").setLevel(logging.WARNING)
     queue = _open(
         args,
