@@ -46,6 +46,14 @@ def text(name: str, value: object) -> str:
     return value
 
 
+def searchable(name: str, value: str | None) -> None:
+    """A value to look a name up by (a filter, a dedupe key to find): any text the
+    database can compare, past R29's limits too, as an older row may hold it; NUL and
+    lone surrogates are refused, which no database can be sent."""
+    if value is not None:
+        _storable(name, value)
+
+
 def kind(value: object) -> str:
     return text("kind", value)
 
