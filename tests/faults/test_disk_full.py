@@ -2,14 +2,18 @@
 as its cause and nothing half-written; the command line says it in one line and exits 1;
 a worker says it once when it starts and once when it ends, not on every claim.
 
-The disk is a small tmpfs of the test's own (mounting one needs root: skipped without)."""
+The disk is a small tmpfs of the test's own (mounting one needs root: skipped without):
+SQLite's file on it, or a private PostgreSQL cluster's data directory."""
 
 from __future__ import annotations
 
 import errno
+import secrets
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,17 +22,17 @@ import sqlalchemy as sa
 
 import queuecore
 from queuecore.cli import main
+from queuecore.conformance.postgresql_server import PrivateCluster, ServerUnavailable
 from tests.worker.processes import queuecore_process, wait_until
 
 BLOB = {"blob": "x" * 20_000}
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    disk = tmp_path / "disk"
+@contextmanager
+def tmpfs(disk: Path, size: str) -> Iterator[Path]:
     disk.mkdir()
     mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)],
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=1777", "tmpfs", str(disk)],
         capture_output=True,
         text=True,
         check=False,
@@ -39,6 +43,12 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         yield disk
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=True)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    with tmpfs(tmp_path / "disk", "2m") as disk:
+        yield disk
 
 
 def fill(disk: Path) -> Path:
@@ -75,10 +85,10 @@ def until_full(enqueue: Callable[[], Any], dsn: str) -> queuecore.StorageFullErr
     raise AssertionError("the disk never filled up")
 
 
-def assert_says_full(error: queuecore.StorageFullError, dsn: str) -> None:
+def assert_says_full(error: queuecore.StorageFullError, dsn: str, said: str) -> None:
     assert isinstance(error, queuecore.QueuecoreError)
     assert isinstance(error.__cause__, sa.exc.DBAPIError)
-    assert "database or disk is full" in str(error)
+    assert said in str(error)
     assert dsn.removeprefix("sqlite:///") in str(error)  # it names the database
 
 
@@ -89,7 +99,7 @@ def test_r30_a_full_disk_is_a_storage_full_error_on_both_faces(small_disk, conne
         queue.enqueue("k", {})
         filler = fill(small_disk)
         error = until_full(lambda: queue.enqueue_many("k", [BLOB] * 5), dsn)
-        assert_says_full(error, dsn)
+        assert_says_full(error, dsn, "database or disk is full")
         with pytest.raises(queuecore.StorageFullError):
             queue.enqueue("k", BLOB)
         assert queue.stats()["queued"] >= 1  # reads still work
@@ -139,3 +149,33 @@ def test_r30_a_worker_says_a_full_disk_once_when_it_starts_and_once_when_it_ends
     said_full = [line for line in lines_while_full if "full" in line]
     assert len(said_full) == 1, lines_while_full
     assert len(lines_while_full) <= 3, lines_while_full  # the start, "worker ... started"
+
+
+@pytest.mark.postgresql_only
+@pytest.mark.xdist_group("private-pg")
+def test_r30_a_full_disk_is_a_storage_full_error_on_postgresql(monkeypatch):
+    """A private cluster whose data directory sits on a small tmpfs (its WAL segments are
+    allocated ahead, so the tables' files are what cannot grow: DiskFull, 53100). The
+    mount point is outside pytest's folders, which the server's own user cannot enter."""
+    base = Path(tempfile.mkdtemp(prefix="queuecore-small-disk-"))
+    base.chmod(0o755)
+    with tmpfs(base / "disk", "160m") as disk:
+        monkeypatch.setattr(tempfile, "tempdir", str(disk))  # the cluster's folder
+        try:
+            cluster = PrivateCluster(settings={"max_wal_size": "32MB", "min_wal_size": "32MB"})
+        except ServerUnavailable as exc:
+            pytest.skip(str(exc))
+        with cluster:
+            queuecore.migrate(cluster.dsn)
+            with queuecore.connect(cluster.dsn) as queue:
+                queue.enqueue("k", {})
+                filler = fill(disk)
+                # Random text: compressed, a repeated one would take no room at all.
+                blobs = lambda: [{"blob": secrets.token_hex(20_000)} for _ in range(5)]  # noqa: E731
+                error = until_full(lambda: queue.enqueue_many("k", blobs()), cluster.dsn)
+                assert_says_full(error, "127.0.0.1", "No space left on device")
+                assert error.__cause__.orig.sqlstate == "53100"
+                filler.unlink()
+                queue.enqueue("k", {})
+    base.joinpath("disk").rmdir()
+    base.rmdir()
