@@ -19,6 +19,7 @@ from sqlalchemy import URL, Connection, Engine, exc, func, insert, select
 from queuecore import validate
 from queuecore.connect import backend_for, connect
 from queuecore.errors import CopyConflictError, CopyLimitsError, LiveLeasesError
+from queuecore.reconnect import give_up
 from queuecore.schema import RUNNING, jobs
 
 LiveLeases = Literal["refuse", "keep"]
@@ -72,6 +73,8 @@ def copy(
                     copied += _insert(dst, conn, rows)
             except exc.IntegrityError as error:  # rolled back: now say which key clashed
                 raise _dedupe_conflict(dst, rows) from error
+            except exc.DBAPIError as error:  # a full disk, say (R30)
+                give_up(error, dst, "copy")
             seen += len(rows)
             if progress is not None:
                 progress(len(rows))

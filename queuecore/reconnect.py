@@ -248,6 +248,32 @@ def _pause_before_retry(
     return pause
 
 
+def translating(method: F) -> F:
+    """For an operation that is never run again (a purge: batches of their own, whose
+    count a second run could not know), still raise the queuecore error a driver error
+    means (R30)."""
+    name = method.__name__
+    if asyncio.iscoroutinefunction(method):
+
+        @functools.wraps(method)
+        async def run_async(self: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return await method(self, *args, **kwargs)
+            except DBAPIError as exc:
+                give_up(exc, self, name)
+
+        return run_async  # type: ignore[return-value]
+
+    @functools.wraps(method)
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except DBAPIError as exc:
+            give_up(exc, self, name)
+
+    return run  # type: ignore[return-value]
+
+
 def reconnecting(*, after_commit: Callable[[Mapping[str, Any]], bool] | bool) -> Callable[[F], F]:
     """Run the method again when its connection died. `after_commit` says whether that
     is safe when the commit was in flight (a predicate receives the keyword arguments).

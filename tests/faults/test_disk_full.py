@@ -96,12 +96,15 @@ def test_r30_a_full_disk_is_a_storage_full_error_on_both_faces(small_disk, conne
     dsn = f"sqlite:///{small_disk / 'jobs.db'}"
     queue = connect(dsn)
     try:
-        queue.enqueue("k", {})
+        queue.enqueue_many("k", [{}, {}])
+        queue.complete(queue.claim("w")[0])  # for the purge
         filler = fill(small_disk)
         error = until_full(lambda: queue.enqueue_many("k", [BLOB] * 5), dsn)
         assert_says_full(error, dsn, "database or disk is full")
         with pytest.raises(queuecore.StorageFullError):
             queue.enqueue("k", BLOB)
+        with pytest.raises(queuecore.StorageFullError, match="purge: "):
+            queue.purge(older_than=0)
         assert queue.stats()["queued"] >= 1  # reads still work
         filler.unlink()
         queue.enqueue("k", {})
@@ -110,6 +113,15 @@ def test_r30_a_full_disk_is_a_storage_full_error_on_both_faces(small_disk, conne
     said = [r.getMessage() for r in caplog.records if r.name == "queuecore"]
     assert len(said) == 2, said  # once when it starts, once when it ends
     assert " is full" in said[0] and "writes succeed again" in said[1], said
+
+
+def test_r30_a_copy_into_a_full_disk_is_a_storage_full_error(small_disk, tmp_path):
+    source = f"sqlite:///{tmp_path / 'source.db'}"
+    with queuecore.connect(source) as queue:
+        queue.enqueue_many("k", [{"blob": secrets.token_hex(20_000)} for _ in range(100)])
+    target = f"sqlite:///{small_disk / 'target.db'}"
+    with pytest.raises(queuecore.StorageFullError, match=r"copy: the database .* is full"):
+        queuecore.copy(source, target, batch=10)
 
 
 def test_r30_the_command_line_says_a_full_disk_in_one_line(small_disk, capsys):
