@@ -237,7 +237,9 @@ def _migrate(args: argparse.Namespace) -> int:
 
 def _worker(args: argparse.Namespace) -> int:
     _need_dsn(args)  # the first thing to say when it is missing
-    supervisor.prestart()  # its imports overlap loading the registry and connecting
+    # Its imports overlap loading the registry and connecting. A fork would repeat a
+    # password given on this command line in its own, and in each handler process's.
+    supervisor.prestart(fork=not dsn_option.secret_in_argv(args))
     try:
         handlers = load_registry(args.registry)
     except RegistryNotFound as exc:

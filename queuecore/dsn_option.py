@@ -54,8 +54,14 @@ def resolve(args: argparse.Namespace) -> None:
         dest = name.removesuffix("_file")
         if value is not None:
             setattr(args, dest, read(value))
-        elif getattr(args, dest) not in (None, os.environ.get(VARIABLE)):
-            warn_if_secret(getattr(args, f"{dest}_option"), getattr(args, dest))
+        elif secret_in_argv(args, dest):
+            option = getattr(args, f"{dest}_option")
+            print(
+                f"queuecore: warning: {option} holds a password, readable by every user of "
+                f"this host in the process list; put the DSN in a file only you can read and "
+                f"pass {option}-file PATH, or set ${VARIABLE}",
+                file=sys.stderr,
+            )
 
 
 def read(path: Path) -> str:
@@ -68,11 +74,9 @@ def read(path: Path) -> str:
     return lines[0].strip()
 
 
-def warn_if_secret(option: str, value: str) -> None:
-    if secrets_of(value):
-        print(
-            f"queuecore: warning: {option} holds a password, readable by every user of this "
-            f"host in the process list; put the DSN in a file only you can read and pass "
-            f"{option}-file PATH, or set ${VARIABLE}",
-            file=sys.stderr,
-        )
+def secret_in_argv(args: argparse.Namespace, dest: str = "dsn") -> bool:
+    """Whether the DSN in `dest` came from the command line itself, with a secret in it."""
+    value = getattr(args, dest, None)
+    if value is None or getattr(args, f"{dest}_file", None) is not None:
+        return False
+    return value != os.environ.get(VARIABLE) and bool(secrets_of(value))

@@ -1,6 +1,7 @@
 """No password on a command line queuecore builds ("Passwords in argv"): a worker given its
 DSN in a file or in $QUEUECORE_DSN shows no password in the process list, nor do its fork
-server and handler processes, and its log names the database without one.
+server and handler processes, and its log names the database without one. Given with
+--dsn, the worker's own command line shows it (with a warning), its children's do not.
 
 PostgreSQL only: its test server trusts every local connection, so a DSN may carry a
 password the server ignores."""
@@ -42,7 +43,7 @@ def tree(root: int) -> dict[int, str]:
     return {pid: cmdline.decode(errors="replace") for pid, cmdline in found.items()}
 
 
-@pytest.mark.parametrize("given", ["dsn-file", "environment"])
+@pytest.mark.parametrize("given", ["dsn-file", "environment", "command-line"])
 def test_a_workers_processes_show_no_password(dsn, tmp_path, given):
     secret_dsn = sa.make_url(dsn).set(password=PASSWORD).render_as_string(hide_password=False)
     env = queuecore_env()
@@ -59,8 +60,10 @@ def test_a_workers_processes_show_no_password(dsn, tmp_path, given):
         dsn_file.write_text(secret_dsn + "\n")
         dsn_file.chmod(0o600)
         args += ["--dsn-file", str(dsn_file)]
-    else:
+    elif given == "environment":
         env["QUEUECORE_DSN"] = secret_dsn
+    else:  # warned against, and shown by the worker's own command line: by no other's
+        args += ["--dsn", secret_dsn]
     started = tmp_path / "started"
     with queuecore.connect(secret_dsn) as queue:
         queue.enqueue("slow", {"started": str(started), "seconds": 60})
@@ -69,7 +72,9 @@ def test_a_workers_processes_show_no_password(dsn, tmp_path, given):
         wait_until(started.exists, worker, log)  # a handler process runs the job
         processes = tree(worker.pid)
         assert len(processes) >= 3, processes  # the worker, its fork server, handlers
-        assert [cmd for cmd in processes.values() if PASSWORD in cmd] == []
+        showing = [pid for pid, cmd in processes.items() if PASSWORD in cmd]
+        assert showing == ([worker.pid] if given == "command-line" else []), processes
     said = log.read_text()
     assert "worker" in said and PASSWORD not in said
+    assert ("warning: --dsn holds a password" in said) == (given == "command-line")
     assert os.environ.get("QUEUECORE_DSN") != secret_dsn
