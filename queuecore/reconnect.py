@@ -154,6 +154,11 @@ def where(queue: Any) -> str:
 def give_up(exc: DBAPIError, queue: Any, name: str) -> NoReturn:
     """Raise, for a driver error that is not run again, the queuecore error it means
     (R30), from `exc`; `exc` itself where it means none of them."""
+    if getattr(exc, LOST, None) is not None:  # an operation that is never run again
+        queue._outage.noticed(name, exc)
+        raise ConnectionLostError(
+            f"{name}: the connection to {where(queue)} was lost: {_first_line(exc)}"
+        ) from exc
     failure = queue.backend.failure(exc)
     if failure is None:
         raise exc

@@ -108,3 +108,19 @@ def test_r30_an_error_in_the_callers_transaction_is_said_the_same_way(tmp_path, 
         with queue.engine.begin() as conn, pytest.raises(queuecore.StorageFullError) as e:
             queue.enqueue("k", {}, conn=conn)
     assert e.value.__cause__ is full
+
+
+def test_r30_a_purge_is_not_run_again_but_says_a_lost_connection_the_same_way(
+    tmp_path, monkeypatch
+):
+    with queuecore.connect(f"sqlite:///{tmp_path / 'jobs.db'}") as queue:
+        lost = wrapped(sqlite3.OperationalError("disk I/O error"))
+        setattr(lost, LOST, "before commit")
+
+        def purge(**options):
+            raise lost
+
+        monkeypatch.setattr(queue.ops, "purge", purge)
+        with pytest.raises(queuecore.ConnectionLostError, match="purge: the connection") as e:
+            queue.purge(older_than=0)
+    assert e.value.__cause__ is lost
