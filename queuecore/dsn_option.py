@@ -56,10 +56,11 @@ def resolve(args: argparse.Namespace) -> None:
             setattr(args, dest, read(value))
         elif secret_in_argv(args, dest):
             option = getattr(args, f"{dest}_option")
+            instead = f"{option}-file PATH" + (f", or set ${VARIABLE}" if dest == "dsn" else "")
             print(
                 f"queuecore: warning: {option} holds a password, readable by every user of "
                 f"this host in the process list; put the DSN in a file only you can read and "
-                f"pass {option}-file PATH, or set ${VARIABLE}",
+                f"pass {instead}",
                 file=sys.stderr,
             )
 

@@ -75,3 +75,13 @@ def test_the_command_line_never_prints_a_password_back(dsn, capsys, monkeypatch,
     err = capsys.readouterr().err
     assert SECRET not in err and "warning" not in err, err
     assert len(err.splitlines()) == 1
+
+
+def test_copy_reads_both_dsns_from_files(tmp_path, capsys):
+    source, target = tmp_path / "from", tmp_path / "to"
+    source.write_text(f"sqlite:///{tmp_path / 'a.db'}\n")
+    target.write_text(f"sqlite:///{tmp_path / 'b.db'}\n")
+    assert main(["copy", "--from-file", str(source), "--to-file", str(target)]) == 0
+    assert capsys.readouterr().out.startswith("copied 0 job(s)")
+    assert main(["copy", "--from-file", str(tmp_path / "missing"), "--to-file", str(target)]) == 2
+    assert "cannot read the DSN file" in capsys.readouterr().err
