@@ -10,6 +10,7 @@ LISTEN either: idle workers and `wait()` poll.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, ClassVar
@@ -21,7 +22,13 @@ from sqlalchemy.dialects import mysql
 from sqlalchemy.sql.elements import ColumnElement
 
 from queuecore.backend import Backend
-from queuecore.errors import UnknownBackendError
+from queuecore.dsn import shown
+from queuecore.errors import (
+    DatabaseLimitError,
+    QueuecoreError,
+    StorageFullError,
+    UnknownBackendError,
+)
 from queuecore.plans import DriverStep, Outcome
 from queuecore.schema import jobs
 from queuecore.sqlqueue import SQLQueue
@@ -29,6 +36,17 @@ from queuecore.statements import Walk
 
 #: MariaDB's errors: a unique key taken; a deadlock broken; a lock waited for too long.
 DUPLICATE_ENTRY, DEADLOCK, LOCK_WAIT_TIMEOUT = 1062, 1213, 1205
+#: ER_DISK_FULL, ER_RECORD_FILE_FULL ("The table is full"), ER_DISK_FULL_NOWAIT.
+FULL = (1021, 1114, 1712)
+#: EE_WRITE, ER_ERROR_ON_WRITE, ER_GET_ERRNO, ER_ERROR_ON_CLOSE: a full disk when errno is 28.
+OS_ERRORS = (3, 1026, 1030, 1034)
+ENOSPC_TEXT = re.compile(r"\b28\b|No space left")
+#: ER_DATA_TOO_LONG, ER_NET_PACKET_TOO_LARGE, ER_TOO_BIG_ROWSIZE, ER_TOO_LONG_KEY,
+#: ER_WARN_DATA_OUT_OF_RANGE; and ER_CONSTRAINT_FAILED of a JSON column's JSON_VALID
+#: check, which fails past MariaDB's depth.
+LIMITS = (1406, 1153, 1118, 1071, 1264)
+CONSTRAINT_FAILED = 4025
+JSON_CHECK = re.compile(r"CONSTRAINT `?[\w.]*\b(payload|result)`? failed")
 DEDUPE_KEY = "uq_queuecore_jobs_dedupe_key"
 MIGRATION_LOCK = "queuecore_migrate"
 #: How long a migration waits for another process's to finish (GET_LOCK's seconds).
@@ -51,8 +69,6 @@ class MariaDBBackend(Backend):
     locks_rows_it_walks_past = True
     skips_conflicting_inserts = False
     writes_read_own_table = False
-    # The VARCHAR lengths of migrations/mariadb: InnoDB's B-tree keys hold no longer text.
-    text_limits: ClassVar[dict[str, int]] = {"kind": 255, "queue": 255, "dedupe_key": 512}
 
     def server_now(self) -> ColumnElement[float]:
         """The server's clock, fixed for the whole statement (NOW(6) is), as a DOUBLE:
@@ -64,6 +80,17 @@ class MariaDBBackend(Backend):
         """The index (live_priority, visible_at, id) from its first non-NULL entry: the
         live rows in claim order; the finished ones, all NULL, sit before them unread."""
         return Walk(LIVE_PRIORITY.is_not(None), (LIVE_PRIORITY, jobs.c.visible_at, jobs.c.id))
+
+    def failure(self, error: Exception) -> type[QueuecoreError] | None:
+        """A full disk is ER_DISK_FULL, a table full (InnoDB's tablespace could not grow),
+        or an OS write error 28 (ENOSPC); the limits are a value too long for its column or
+        a JSON check (depth), a packet past max_allowed_packet, a row too large."""
+        code = _code(error)
+        if code in FULL or (code in OS_ERRORS and ENOSPC_TEXT.search(str(error))):
+            return StorageFullError
+        if code in LIMITS or (code == CONSTRAINT_FAILED and JSON_CHECK.search(str(error))):
+            return DatabaseLimitError
+        return None
 
     def rolled_back(self, error: Exception) -> bool:
         """A deadlock rolls the transaction back; a lock wait timeout only its statement,
@@ -181,7 +208,7 @@ def refuse_mysql(engine: Engine) -> None:
     MySQL server behind a mysql:// DSN is not one this backend can run on."""
     if not getattr(engine.dialect, "is_mariadb", False):
         raise UnknownBackendError(
-            f"{engine.url.render_as_string(hide_password=True)} is a MySQL server, not "
+            f"{shown(engine.url)} is a MySQL server, not "
             "MariaDB: queuecore's backend needs MariaDB 10.5 or newer (INSERT … RETURNING, "
             "SKIP LOCKED)"
         )

@@ -30,6 +30,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from queuecore import statements
 from queuecore.backend import Backend
+from queuecore.errors import DatabaseLimitError, QueuecoreError, StorageFullError
 from queuecore.job import Completions, Job
 from queuecore.operations import Operations
 from queuecore.plans import DriverStep, Hot, Outcome
@@ -44,6 +45,7 @@ log = logging.getLogger("queuecore")
 CHANNEL = "queuecore"
 #: SQLSTATEs of a transaction the server rolled back: serialization failure, deadlock.
 ROLLED_BACK = ("40001", "40P01")
+DISK_FULL, CONFIGURATION_LIMIT = "53100", "53400"
 #: Any fixed number: migrations of one database take turns on this advisory lock.
 MIGRATION_LOCK = 0x71C0_5E11
 _SEQUENCE = "pg_get_serial_sequence(:table, 'id')"
@@ -115,6 +117,16 @@ class PostgresBackend(Backend):
             return results
 
         return Hot([(self.hot_complete_batch, params)], finish)
+
+    def failure(self, error: Exception) -> type[QueuecoreError] | None:
+        """Class 53's disk_full; class 54 (program limit exceeded: an index row, a NOTIFY
+        payload) and 53400 (configuration limit exceeded) are the server's limits."""
+        state = getattr(getattr(error, "orig", None), "sqlstate", None) or ""
+        if state == DISK_FULL:
+            return StorageFullError
+        if state.startswith("54") or state == CONFIGURATION_LIMIT:
+            return DatabaseLimitError
+        return None
 
     def rolled_back(self, error: Exception) -> bool:
         """A deadlock broken, or a serialization failure: the server rolled back all."""

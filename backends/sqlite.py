@@ -14,7 +14,13 @@ from sqlalchemy import URL, Engine, event, make_url
 from sqlalchemy.dialects import sqlite
 
 from queuecore.backend import Backend
-from queuecore.errors import DatabaseBusyError, SQLiteBuildWarning
+from queuecore.errors import (
+    DatabaseBusyError,
+    DatabaseLimitError,
+    QueuecoreError,
+    SQLiteBuildWarning,
+    StorageFullError,
+)
 from queuecore.plans import DriverStep, Outcome
 from queuecore.schema import jobs
 from queuecore.sqlqueue import SQLQueue
@@ -123,6 +129,9 @@ class SQLiteModule(Protocol):
     OperationalError: type[Exception]
 
 
+SQLITE_FULL, SQLITE_TOOBIG = 13, 18
+
+
 class _Patience:
     """What to do when SQLite answers SQLITE_BUSY.
 
@@ -186,6 +195,17 @@ class SQLiteBackend(Backend):
                 "it. Use the queue's engine (queue.engine.begin()), or open the queue on "
                 "yours: queuecore.connect(engine)"
             )
+
+    def failure(self, error: Exception) -> type[QueuecoreError] | None:
+        """SQLITE_FULL (13) is a full disk, or the file at its max_page_count; SQLITE_TOOBIG
+        (18) a value past SQLITE_MAX_LENGTH. A driver without error codes says them."""
+        orig = getattr(error, "orig", error)
+        code = getattr(orig, "sqlite_errorcode", None)
+        if code == SQLITE_FULL or "database or disk is full" in str(orig):
+            return StorageFullError
+        if code == SQLITE_TOOBIG or "string or blob too big" in str(orig):
+            return DatabaseLimitError
+        return None
 
     def prepare_hot_connection(self, conn: Any) -> None:
         conn.isolation_level = None

@@ -5,9 +5,13 @@ from queuecore.async_worker import AsyncWorker
 from queuecore.connect import connect, connect_async
 from queuecore.copying import CopyReport, copy
 from queuecore.errors import (
+    ConnectionLostError,
     CopyConflictError,
+    CopyLimitsError,
     DatabaseBusyError,
+    DatabaseLimitError,
     DatabaseUnreachableError,
+    DeadlockError,
     DedupeConflict,
     LiveLeasesError,
     NotMigratedError,
@@ -15,6 +19,7 @@ from queuecore.errors import (
     QueuecoreError,
     SchemaTooNewError,
     SQLiteBuildWarning,
+    StorageFullError,
     UnknownBackendError,
 )
 from queuecore.handling import Done, Handler, Lease, Permanent, Retry, current_lease
@@ -31,10 +36,14 @@ __all__ = [
     "AsyncQueue",
     "AsyncWorker",
     "Completions",
+    "ConnectionLostError",
     "CopyConflictError",
+    "CopyLimitsError",
     "CopyReport",
     "DatabaseBusyError",
+    "DatabaseLimitError",
     "DatabaseUnreachableError",
+    "DeadlockError",
     "DedupeConflict",
     "Done",
     "Effect",
@@ -55,6 +64,7 @@ __all__ = [
     "Retry",
     "SQLiteBuildWarning",
     "SchemaTooNewError",
+    "StorageFullError",
     "UnknownBackendError",
     "Worker",
     "connect",

@@ -40,7 +40,7 @@ from queuecore.plans import (
     Step,
     Tx,
 )
-from queuecore.reconnect import Outage, async_transaction, reconnecting
+from queuecore.reconnect import Outage, async_transaction, reconnecting, translating
 from queuecore.waiting import AsyncFinishSignal, wait_until_finished_async
 
 
@@ -239,6 +239,7 @@ class AsyncSQLQueue(OptionsView):
     async def stats(self, queue: str | None = None) -> dict[str, Any]:
         return await self._run(self.ops.stats(queue))
 
+    @translating
     async def purge(
         self, *, older_than: float = 86400, states: Sequence[str] = ("done",), batch: int = 1000
     ) -> int:

@@ -16,6 +16,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.elements import ColumnElement
 
+from queuecore.errors import QueuecoreError
 from queuecore.job import Completions
 from queuecore.plans import DriverStep, Hot, Outcome
 from queuecore.statements import LIVE_WALK, Walk
@@ -48,9 +49,6 @@ class Backend:
     #: An UPDATE or DELETE may read its own table in a subquery (MariaDB refuses it:
     #: such reads then go through a derived table, or the write waits for locked rows).
     writes_read_own_table: ClassVar[bool] = True
-    #: The longest text a column may hold, where the database sets one (a key's column
-    #: on MariaDB is a VARCHAR): R22 refuses longer text before anything is written.
-    text_limits: ClassVar[dict[str, int]] = {}
 
     def __init__(self, dialect: Dialect) -> None:
         self.dialect = dialect
@@ -73,6 +71,12 @@ class Backend:
         """Whether the server rolled the whole transaction back under `error` (a
         deadlock broken, a lock wait that ran out), so running it again is safe."""
         return False
+
+    def failure(self, error: Exception) -> type[QueuecoreError] | None:
+        """The queuecore error that a driver's error under `error` (SQLAlchemy's wrapper)
+        means for the user (R30): `StorageFullError` for a full disk, `DatabaseLimitError`
+        for a limit of the database's own; None for any other."""
+        return None
 
     def is_duplicate_key(self, error: Exception) -> bool:
         """Whether a failed INSERT broke the dedupe key's unique constraint (needed only

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import re
 import sys
 import time
@@ -19,15 +18,17 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from queuecore import supervisor, validate
+from queuecore import dsn_option, supervisor, validate
 from queuecore.connect import connect
+from queuecore.dsn import scrubbed, secrets_of
 from queuecore.errors import QueuecoreError
 from queuecore.migrate import check_schema, migrate
 from queuecore.registry import RegistryNotFound, load_registry
 from queuecore.supervisor import HandlerProcesses
 from queuecore.table import render
+from queuecore.terminal import printable
 from queuecore.worker import Worker
-from queuecore.worklog import LOG_FORMAT, first_line
+from queuecore.worklog import configure_logging, first_line
 
 STATS_COLUMNS = ("queued", "running", "ready_now", "oldest_ready_age_s", "dead", "cancelled")
 KIND_STATS_COLUMNS = ("queued", "running", "ready_now", "oldest_ready_age_s")
@@ -44,21 +45,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # argparse has printed the usage and the problem
         return exc.code if isinstance(exc.code, int) else 2
     try:
+        dsn_option.resolve(args)
         code: int = args.command(args)  # each command's main returns its exit status
         return code
     except (UsageError, ValueError, TypeError) as exc:  # the library's bad-input errors (R22)
-        print(f"queuecore {args.subcommand}: {in_option_names(str(exc), parser)}", file=sys.stderr)
+        said = in_option_names(str(exc), parser)
+        print(f"queuecore {args.subcommand}: {_shown(said, args)}", file=sys.stderr)
         return 2
     except (QueuecoreError, SQLAlchemyError, ImportError, OSError) as exc:
-        print(f"queuecore {args.subcommand}: {_one_line(exc)}", file=sys.stderr)
+        print(f"queuecore {args.subcommand}: {_shown(_one_line(exc), args)}", file=sys.stderr)
         return 1
+
+
+def _shown(message: str, args: argparse.Namespace) -> str:
+    """A failure's line without a secret of any DSN the command was given (a driver may
+    quote part of one), and without a control character of a stored name."""
+    dsns = [getattr(args, dest, None) for dest in ("dsn", "source", "target")]
+    return printable(scrubbed(message, [secret for dsn in dsns for secret in secrets_of(dsn)]))
 
 
 def in_option_names(message: str, parser: argparse.ArgumentParser) -> str:
     """The library names its parameters (`lease_seconds must be ...`); on the command line
     the same value was given as an option (`--lease-seconds`), so say that instead."""
     for dest, option in _options(parser).items():
-        message = re.sub(rf"(?<![\w-]){re.escape(dest)}(?= must\b|=)", option, message)
+        message = re.sub(rf"(?<![\w-]){re.escape(dest)}(?= must\b|=\d+(?![\d.]))", option, message)
     return message
 
 
@@ -131,10 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     schedules = command("schedules", _schedules, help="a registry's periodic jobs and next runs")
     schedules.add_argument("registry", metavar="MODULE:REGISTRY", help="a queuecore.Registry")
-    schedules.add_argument(
-        "--dsn",
-        default=os.environ.get("QUEUECORE_DSN"),
-        help="read the time from this queue's clock (default: this host's clock)",
+    dsn_option.add(
+        schedules, help="read the time from this queue's clock (default: this host's clock)"
     )
 
     stats = command("stats", _stats, help="queued, running, ready and dead jobs per queue")
@@ -185,11 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _dsn(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--dsn",
-        default=os.environ.get("QUEUECORE_DSN"),
-        help="database URL (default: $QUEUECORE_DSN)",
-    )
+    dsn_option.add(parser)
     parser.add_argument(
         "--sqlite-driver",
         metavar="MODULE",
@@ -207,7 +211,7 @@ def _names(text: str) -> list[str]:
 
 def _need_dsn(args: argparse.Namespace) -> str:
     if not args.dsn:
-        raise UsageError("no database: pass --dsn DSN or set QUEUECORE_DSN")
+        raise UsageError("no database: pass --dsn-file PATH or --dsn DSN, or set QUEUECORE_DSN")
     return str(args.dsn)
 
 
@@ -243,13 +247,15 @@ def _migrate(args: argparse.Namespace) -> int:
 
 def _worker(args: argparse.Namespace) -> int:
     _need_dsn(args)  # the first thing to say when it is missing
-    supervisor.prestart()  # its imports overlap loading the registry and connecting
+    # Its imports overlap loading the registry and connecting. A fork would repeat a
+    # password given on this command line in its own, and in each handler process's.
+    supervisor.prestart(fork=not dsn_option.secret_in_argv(args))
     try:
         handlers = load_registry(args.registry)
     except RegistryNotFound as exc:
         raise UsageError(str(exc)) from exc
     validate.at_least("--concurrency", args.concurrency, 1)  # before it sizes the pool
-    logging.basicConfig(level=args.log_level, format=LOG_FORMAT)
+    configure_logging(args.log_level, secrets_of(args.dsn))
     logging.getLogger("alembic").setLevel(logging.WARNING)
     queue = _open(
         args,

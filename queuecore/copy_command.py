@@ -8,12 +8,16 @@ import os
 import sys
 from typing import Any
 
-from queuecore import copying
+from queuecore import copying, dsn_option
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--from", dest="source", required=True, metavar="DSN", help="copy from")
-    parser.add_argument("--to", dest="target", required=True, metavar="DSN", help="copy into")
+    dsn_option.add(
+        parser, "--from", dest="source", help="copy from", environment=False, required=True
+    )
+    dsn_option.add(
+        parser, "--to", dest="target", help="copy into", environment=False, required=True
+    )
     parser.add_argument("--batch", type=int, default=1000, metavar="N", help="rows per commit")
     parser.add_argument(
         "--live-leases",

@@ -23,7 +23,8 @@ from sqlalchemy import URL, Connection, Engine, exc, func, insert, select
 
 from queuecore import validate
 from queuecore.connect import backend_for, connect
-from queuecore.errors import CopyConflictError, LiveLeasesError
+from queuecore.errors import CopyConflictError, CopyLimitsError, LiveLeasesError
+from queuecore.reconnect import give_up
 from queuecore.schema import RUNNING, jobs
 
 LiveLeases = Literal["refuse", "keep"]
@@ -80,6 +81,7 @@ def copy(
             _refuse_live_leases(src)
         reader = src.engine.execution_options(queuecore_read_only=True)
         _refuse_different_jobs(reader, dst.engine, batch)
+        _refuse_rows_past_limits(reader, dst, batch)
         _reserve_ids(reader, dst.engine, reserve_ids)
         copied = seen = 0
         for rows in _batches(reader, batch):
@@ -88,6 +90,8 @@ def copy(
                     copied += _insert(dst, conn, rows)
             except exc.IntegrityError as error:  # rolled back: now say which key clashed
                 raise _dedupe_conflict(dst, rows) from error
+            except exc.DBAPIError as error:  # a full disk, say (R30)
+                give_up(error, dst, "copy")
             seen += len(rows)
             if progress is not None:
                 progress(len(rows))
@@ -141,6 +145,42 @@ def _batches(reader: Engine, size: int) -> Iterator[list[dict[str, Any]]]:
             return
         yield rows
         after = rows[-1]["id"]
+
+
+def _refuse_rows_past_limits(reader: Engine, dst: Any, size: int) -> None:
+    """Before anything is written: every source row within the target's limits (R29). A
+    database written by an older queuecore, or by hand, may hold a name or payload the
+    target cannot: found half-way, the copy would stop at the same row on every run."""
+    unfit: dict[int, str] = {}
+    for rows in _batches(reader, size):
+        for row in rows:
+            reason = _past_limits(row, dst.max_payload_bytes, dst.max_result_bytes)
+            if reason is not None:
+                unfit[row["id"]] = reason
+    if unfit:
+        shown = "; ".join(f"job {job_id}: {why}" for job_id, why in list(unfit.items())[:5])
+        raise CopyLimitsError(
+            f"{len(unfit)} job(s) of the source do not fit the target's limits, nothing was "
+            f"copied: ids {sorted(unfit)[:100]} ({shown}). Mend or purge them on the source "
+            "first.",
+            sorted(unfit),
+        )
+
+
+def _past_limits(
+    row: Mapping[str, Any], max_payload_bytes: int, max_result_bytes: int
+) -> str | None:
+    """Why a stored row does not fit R29's limits, or None."""
+    try:
+        for name in ("kind", "queue", "dedupe_key", "worker"):
+            if name in ("kind", "queue") or row[name] is not None:
+                validate.text(name, row[name])
+        validate.payload(row["payload"], max_bytes=max_payload_bytes)
+        if row["result"] is not None:
+            validate.result(row["result"], max_bytes=max_result_bytes)
+    except (TypeError, ValueError) as exc:
+        return str(exc)[:200]
+    return None
 
 
 def _insert(dst: Any, conn: Connection, rows: list[dict[str, Any]]) -> int:

@@ -19,6 +19,29 @@ class DatabaseUnreachableError(QueuecoreError):
     """The DSN names a server or file that cannot be opened."""
 
 
+class ConnectionLostError(DatabaseUnreachableError):
+    """The database connection was lost, and every reconnection the queue tried in the
+    next few seconds failed too: the server is down or out of reach. The driver's error is
+    the `__cause__`; nothing of the operation was applied."""
+
+
+class StorageFullError(QueuecoreError):
+    """The database has no room left on its disk (or its quota): nothing of the operation
+    was applied. Free space on the database's disk; reads still work meanwhile."""
+
+
+class DeadlockError(QueuecoreError):
+    """The database rolled the operation back to break a deadlock (or a lock wait ran
+    out) on every try the queue made: nothing of it was applied. Another transaction
+    holds the rows long; retrying later is safe."""
+
+
+class DatabaseLimitError(QueuecoreError):
+    """The database refused a value past one of its own limits that R29's checks did not
+    cover (a server setting such as MariaDB's max_allowed_packet, below max_payload_bytes):
+    nothing was written. Lower the value, or raise the server's limit."""
+
+
 class UnknownBackendError(QueuecoreError):
     """No installed backend serves the DSN's dialect."""
 
@@ -52,6 +75,16 @@ class SQLiteBuildWarning(UserWarning):
 class CopyConflictError(QueuecoreError):
     """`copy` found the target holding a different job under an id (or a dedupe key) of
     the source's: copying would overwrite one of them or give one key two jobs."""
+
+
+class CopyLimitsError(QueuecoreError):
+    """`copy` found source jobs past the target's limits (R29: a name too long or holding
+    a control character, a payload or result too deep or too large), before writing
+    anything. `ids` lists them."""
+
+    def __init__(self, message: str, ids: list[int]) -> None:
+        super().__init__(message)
+        self.ids = ids
 
 
 class LiveLeasesError(QueuecoreError):

@@ -4,19 +4,16 @@ process (not by every worker) at each scrape. Needs the `metrics` extra."""
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 import threading
 from typing import Any
 
+from queuecore import dsn_option
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--dsn",
-        default=os.environ.get("QUEUECORE_DSN"),
-        help="database URL (default: $QUEUECORE_DSN)",
-    )
+    dsn_option.add(parser)
     parser.add_argument("--port", type=int, default=9469, help="default 9469")
     parser.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1")
 
@@ -38,7 +35,7 @@ def main(args: argparse.Namespace) -> int:
     from queuecore.connect import connect
 
     if not args.dsn:
-        raise ValueError("no database: pass --dsn DSN or set QUEUECORE_DSN")
+        raise ValueError("no database: pass --dsn-file PATH or --dsn DSN, or set QUEUECORE_DSN")
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

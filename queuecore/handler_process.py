@@ -40,12 +40,13 @@ from multiprocessing.reduction import send_handle
 from typing import Any, TypeVar
 
 from queuecore import tracing
+from queuecore.dsn import secrets_of
 from queuecore.handling import Handler, Lease, Raised, Returned
 from queuecore.job import Job
 from queuecore.protocol import Effect, Queue
 from queuecore.reconnect import connection_lost
 from queuecore.slots import run_in_this_process
-from queuecore.worklog import LOG_FORMAT
+from queuecore.worklog import configure_logging
 
 T = TypeVar("T")
 log = logging.getLogger("queuecore.worker")
@@ -202,7 +203,7 @@ def main(argv: list[str]) -> int:
     conn = Connection(int(argv[1]))
     try:
         config: dict[str, Any] = conn.recv()
-        logging.basicConfig(level=config["log_level"], format=LOG_FORMAT)
+        configure_logging(config["log_level"], secrets_of(config["dsn"]))
         logging.getLogger("alembic").setLevel(logging.WARNING)
 
         from queuecore.async_handling import runs_on_event_loop

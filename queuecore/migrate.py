@@ -18,6 +18,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import URL, Engine, MetaData
 from sqlalchemy.exc import OperationalError
 
+from queuecore.dsn import scrubbed, secrets_of, shown
 from queuecore.errors import DatabaseUnreachableError, NotMigratedError, SchemaTooNewError
 from queuecore.schema import metadata
 
@@ -86,8 +87,8 @@ def current_revision(engine: Engine) -> str | None:
             return context.get_current_revision()
     except OperationalError as exc:
         # The driver's hint ("Is the server running ...?") is on its own line: keep it, on one.
-        dsn = engine.url.render_as_string(hide_password=True)
-        said = " ".join(str(exc.orig).split())
+        dsn = shown(engine.url)
+        said = scrubbed(" ".join(str(exc.orig).split()), secrets_of(engine.url))
         said += "" if said.endswith(("?", ".", "!")) else "."
         raise DatabaseUnreachableError(
             f"cannot open the database {dsn}: {said} "
@@ -154,7 +155,7 @@ def ensure_schema(engine: Engine, *, migrate: bool) -> None:
 
 def behind(engine: Engine, current: str | None) -> str:
     """What a database short of head lacks, and the command that brings it there."""
-    dsn = engine.url.render_as_string(hide_password=True)
+    dsn = shown(engine.url)
     state = "has no queuecore schema" if current is None else f"is at revision {current}"
     return (
         f"the database {dsn} {state}; this queuecore needs revision {head_revision(engine)} "

@@ -74,24 +74,7 @@ class Operations(StatementSet):
 
     # --- producing -------------------------------------------------------------------
 
-    def _fits(self, row: dict[str, Any], *names: str) -> dict[str, Any]:
-        """R22: text longer than the database's column holds is refused before writing."""
-        for name in names:
-            limit, value = self.backend.text_limits.get(name), row[name]
-            if limit is not None and value is not None and len(value) > limit:
-                raise ValueError(
-                    f"{name} is {len(value)} characters long; this database holds at most {limit}"
-                )
-        return row
-
     def _row(
-        self, kind: str, payload: object, queue: str, priority: int, max_attempts: int | None
-    ) -> dict[str, Any]:
-        return self._fits(
-            self._values(kind, payload, queue, priority, max_attempts), "kind", "queue"
-        )
-
-    def _values(
         self, kind: str, payload: object, queue: str, priority: int, max_attempts: int | None
     ) -> dict[str, Any]:
         return {
@@ -133,7 +116,6 @@ class Operations(StatementSet):
         if conn is None and row["dedupe_key"] is None:  # a web request's path: one statement
             hot = self.hot_enqueue_in if run_at is None else self.hot_enqueue_at
             return Hot([(hot, self.params(**row))], _created)
-        self._fits(row, "dedupe_key")
         return Tx(programs.insert_deduplicated(self, stmt, row), conn=conn)
 
     def enqueue_many(

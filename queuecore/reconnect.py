@@ -23,7 +23,12 @@ Pool pre-ping was the alternative: it costs a round trip on every checkout (ever
 claim and complete) and still cannot save a transaction whose connection dies halfway.
 
 An outage is logged twice, when it starts and when it ends (`Outage`), however many
-threads and retries run into it in between: a restart must not bury the log.
+threads and retries run into it in between: a restart must not bury the log. A full disk
+is an outage of writes, logged the same way.
+
+What is not run again reaches the caller as a `QueuecoreError` that says what happened,
+with the driver's error as its `__cause__` (R30): `ConnectionLostError` once the retries
+are spent, `DeadlockError` likewise, `StorageFullError` and `DatabaseLimitError` at once.
 """
 
 from __future__ import annotations
@@ -35,12 +40,18 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
-from queuecore.errors import OutcomeUnknownError
+from queuecore.dsn import masked, shown
+from queuecore.errors import (
+    ConnectionLostError,
+    DeadlockError,
+    OutcomeUnknownError,
+    StorageFullError,
+)
 
 if TYPE_CHECKING:  # the asyncio extension needs greenlet: the async extra only
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -76,9 +87,13 @@ class Outage:
         self._since: float | None = None
         self._ended = -SAME_OUTAGE  # when the last outage was over (monotonic)
         self._said = False  # whether this outage was said to have begun
+        # A full disk: since when, and which operations met it. Reads still succeed on a
+        # full disk, so only one of those operations succeeding again says it is over.
+        self._full_since: float | None = None
+        self._full: set[str] = set()
 
     def noticed(self, what: str, exc: DBAPIError) -> None:
-        cause = str(exc.orig).strip().partition("\n")[0]  # psycopg adds hint lines
+        cause = _first_line(exc)
         # Said under the lock, as `over` says its line: a thread that saw the outage end
         # between this one's noticing and its saying would log "back" before "lost".
         with self._lock:
@@ -98,8 +113,22 @@ class Outage:
                 return
         log.debug("queuecore: still no database connection (%s): %s", what, cause)
 
-    def over(self) -> None:
-        if self._since is None:  # the usual case: no lock on the way of every operation
+    def full(self, name: str, where: str, exc: DBAPIError) -> None:
+        with self._lock:
+            self._full.add(name)
+            if self._full_since is None:
+                self._full_since = time.monotonic()
+                log.warning(
+                    "queuecore: %s is full, nothing can be written until there is room; "
+                    "quiet until a write succeeds: %s",
+                    where,
+                    _first_line(exc),
+                )
+                return
+        log.debug("queuecore: %s still full (%s)", where, name)
+
+    def over(self, name: str) -> None:
+        if self._since is None and self._full_since is None:  # the usual case: no lock
             return
         with self._lock:
             since, self._since = self._since, None
@@ -109,13 +138,49 @@ class Outage:
                 log.log(
                     level, "queuecore: database connection back after %.1fs", self._ended - since
                 )
+            if name in self._full and self._full_since is not None:
+                full_since, self._full_since = self._full_since, None
+                self._full.clear()
+                log.warning(
+                    "queuecore: writes succeed again after %.1fs", time.monotonic() - full_since
+                )
+
+
+def _first_line(exc: DBAPIError) -> str:
+    return masked(str(exc.orig).strip().partition("\n")[0])  # psycopg adds hint lines
 
 
 def connection_lost(exc: BaseException) -> bool:
-    """Whether `exc` is a lost connection that the queue's own retries did not outlast:
-    the database is out of reach, the operation itself is not at fault, and the queue
-    has already logged the outage."""
-    return getattr(exc, LOST, None) is not None
+    """Whether `exc` is an outage the queue's own retries did not outlast, which the
+    queue has already logged: a lost connection, or a full disk. The operation itself
+    is not at fault; trying it again later is the thing to do, quietly."""
+    return isinstance(exc, (ConnectionLostError, StorageFullError)) or (
+        getattr(exc, LOST, None) is not None
+    )
+
+
+def where(queue: Any) -> str:
+    """The queue's database for a message: its URL without the password."""
+    return f"the database {shown(queue.engine.url)}"
+
+
+def give_up(exc: DBAPIError, queue: Any, name: str) -> NoReturn:
+    """Raise, for a driver error that is not run again, the queuecore error it means
+    (R30), from `exc`; `exc` itself where it means none of them."""
+    if getattr(exc, LOST, None) is not None:  # an operation that is never run again
+        queue._outage.noticed(name, exc)
+        raise ConnectionLostError(
+            f"{name}: the connection to {where(queue)} was lost: {_first_line(exc)}"
+        ) from exc
+    failure = queue.backend.failure(exc)
+    if failure is None:
+        raise exc
+    if failure is StorageFullError:
+        queue._outage.full(name, where(queue), exc)
+        said = "is full"
+    else:
+        said = "refused a value past a limit of its own"
+    raise failure(f"{name}: {where(queue)} {said}: {_first_line(exc)}") from exc
 
 
 @contextmanager
@@ -174,9 +239,14 @@ def _pause_before_retry(
     commit that may have landed, no tries left)."""
     lost = getattr(exc, LOST, None)
     if lost is None:
-        pause = next(pauses, None) if queue.backend.rolled_back(exc) else None
+        if not queue.backend.rolled_back(exc):
+            give_up(exc, queue, name)
+        pause = next(pauses, None)
         if pause is None:
-            raise exc
+            raise DeadlockError(
+                f"{name}: {where(queue)} rolled it back to break a deadlock (or a lock wait "
+                f"ran out) on each of {len(PAUSES) + 1} tries: {_first_line(exc)}"
+            ) from exc
         log.debug("queuecore: %s rolled back by the server, run again: %s", name, exc.orig)
         return pause
     outage: Outage = queue._outage
@@ -189,8 +259,37 @@ def _pause_before_retry(
         ) from exc
     pause = next(pauses, None)
     if pause is None:
-        raise exc
+        raise ConnectionLostError(
+            f"{name}: the connection to {where(queue)} was lost, and reconnecting failed for "
+            f"{sum(PAUSES):.0f}s: {_first_line(exc)}"
+        ) from exc
     return pause
+
+
+def translating(method: F) -> F:
+    """For an operation that is never run again (a purge: batches of their own, whose
+    count a second run could not know), still raise the queuecore error a driver error
+    means (R30)."""
+    name = method.__name__
+    if asyncio.iscoroutinefunction(method):
+
+        @functools.wraps(method)
+        async def run_async(self: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return await method(self, *args, **kwargs)
+            except DBAPIError as exc:
+                give_up(exc, self, name)
+
+        return run_async  # type: ignore[return-value]
+
+    @functools.wraps(method)
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except DBAPIError as exc:
+            give_up(exc, self, name)
+
+    return run  # type: ignore[return-value]
 
 
 def reconnecting(*, after_commit: Callable[[Mapping[str, Any]], bool] | bool) -> Callable[[F], F]:
@@ -208,7 +307,10 @@ def reconnecting(*, after_commit: Callable[[Mapping[str, Any]], bool] | bool) ->
             @functools.wraps(method)
             async def run_async(self: Any, *args: Any, **kwargs: Any) -> Any:
                 if kwargs.get("conn") is not None:
-                    return await method(self, *args, **kwargs)
+                    try:
+                        return await method(self, *args, **kwargs)
+                    except DBAPIError as exc:
+                        give_up(exc, self, name)
                 pauses = iter(PAUSES)
                 while True:
                     try:
@@ -216,7 +318,7 @@ def reconnecting(*, after_commit: Callable[[Mapping[str, Any]], bool] | bool) ->
                     except DBAPIError as exc:
                         pause = _pause_before_retry(exc, name, after_commit, kwargs, self, pauses)
                     else:
-                        self._outage.over()
+                        self._outage.over(name)
                         return result
                     await asyncio.sleep(pause)
 
@@ -225,7 +327,10 @@ def reconnecting(*, after_commit: Callable[[Mapping[str, Any]], bool] | bool) ->
         @functools.wraps(method)
         def run(self: Any, *args: Any, **kwargs: Any) -> Any:
             if kwargs.get("conn") is not None:
-                return method(self, *args, **kwargs)
+                try:
+                    return method(self, *args, **kwargs)
+                except DBAPIError as exc:
+                    give_up(exc, self, name)
             pauses = iter(PAUSES)
             while True:
                 try:
@@ -233,7 +338,7 @@ def reconnecting(*, after_commit: Callable[[Mapping[str, Any]], bool] | bool) ->
                 except DBAPIError as exc:
                     pause = _pause_before_retry(exc, name, after_commit, kwargs, self, pauses)
                 else:
-                    self._outage.over()
+                    self._outage.over(name)
                     return result
                 time.sleep(pause)
 

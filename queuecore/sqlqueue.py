@@ -34,7 +34,7 @@ from queuecore.plans import (
     Tx,
 )
 from queuecore.protocol import Effect, Listener
-from queuecore.reconnect import Outage, reconnecting, transaction
+from queuecore.reconnect import Outage, reconnecting, transaction, translating
 from queuecore.waiting import FinishSignal, Sleep, wait_until_finished
 
 __all__ = ["ERROR_TEXT_LIMIT", "SQLQueue"]
@@ -262,6 +262,7 @@ class SQLQueue(OptionsView):
     def stats(self, queue: str | None = None) -> dict[str, Any]:
         return self._run(self.ops.stats(queue))
 
+    @translating
     def purge(
         self, *, older_than: float = 86400, states: Sequence[str] = ("done",), batch: int = 1000
     ) -> int:

@@ -84,7 +84,7 @@ _spare: tuple[Started, Connection] | None = None
 _spare_lock = threading.Lock()
 
 
-def prestart() -> None:
+def prestart(*, fork: bool = True) -> None:
     """Start a fork server now, for the worker about to be made, so that its start
     overlaps the worker's own (loading the registry, connecting) instead of delaying
     the worker's first job. The next ForkServer to start takes it; a process that never
@@ -94,11 +94,14 @@ def prestart() -> None:
     else), it forks that process: a fork server in a millisecond, its imports done,
     and, as with a fresh interpreter, no thread, lock or connection in it. Otherwise
     it starts a fresh interpreter, since a fork of a threaded process could inherit a
-    lock held by a thread that does not exist in the fork."""
+    lock held by a thread that does not exist in the fork. `fork=False` asks for a fresh
+    interpreter anyway: a fork shows its parent's command line in the process list, and
+    so do the handler processes forked from it, which must not repeat a password given
+    there."""
     global _spare
     with _spare_lock:
         if _spare is None:
-            _spare = _launch(fork=threading.active_count() == 1)
+            _spare = _launch(fork=fork and threading.active_count() == 1)
 
 
 def _launch(*, fork: bool = False) -> tuple[Started, Connection]:

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from queuecore.terminal import printable
+
 
 def render(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
-    """Numbers right-aligned so their digits line up, everything else left-aligned."""
+    """Numbers right-aligned so their digits line up, everything else left-aligned; a
+    control character in a cell (a kind, a queue, an error) is printed as an escape."""
     values = [list(row) for row in rows]
     cells = [[_text(v) for v in row] for row in values]
     numeric = [
@@ -32,4 +35,4 @@ def _is_number(value: object) -> bool:
 def _text(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.1f}"
-    return "" if value is None else str(value)
+    return "" if value is None else printable(str(value))

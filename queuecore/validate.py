@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any, TypeGuard
@@ -13,16 +14,44 @@ INT32 = (-(2**31), 2**31 - 1)
 INT64 = (-(2**63), 2**63 - 1)
 # No duration the queue adds to the clock may push a time past what a datetime holds.
 CENTURY = 100 * 365.25 * 86400
+#: R29: the longest name (kind, queue, dedupe_key, worker) every backend holds, in
+#: characters: MariaDB keeps them in VARCHAR(255) keys. One limit for all, so that a job
+#: one backend took can be copied to any other.
+NAME_CHARACTERS = 255
+#: R29: the deepest JSON every backend holds, counted as MariaDB's JSON_DEPTH counts it
+#: (a scalar, {} or [] is 1; each enclosing object or array adds 1): MariaDB refuses 32.
+JSON_DEPTH = 31
+# Control characters (C0, DEL, C1) but tab: a name is printed in logs and tables, where
+# they would move the cursor or restyle the terminal of whoever reads them.
+_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 
 
 def text(name: str, value: object) -> str:
-    """A name stored in a text column. PostgreSQL text cannot hold NUL, and neither
-    database driver can encode a lone surrogate: both are refused on both backends,
-    before anything is written, so the two behave alike."""
+    """A name (R29): at most `NAME_CHARACTERS` long, no control character but tab, and
+    text every database can hold (PostgreSQL cannot hold NUL, no driver can encode a lone
+    surrogate), refused alike on every backend before anything is written."""
     if not isinstance(value, str) or not value:
         raise ValueError(f"{name} must be a non-empty string, got {value!r}")
+    if len(value) > NAME_CHARACTERS:
+        raise ValueError(
+            f"{name} is {len(value)} characters long; every backend holds at most {NAME_CHARACTERS}"
+        )
+    control = _CONTROL.search(value)
+    if control is not None:
+        raise ValueError(
+            f"{name} contains the control character U+{ord(control.group()):04X}; "
+            "names may hold no control character but tab"
+        )
     _storable(name, value)
     return value
+
+
+def searchable(name: str, value: str | None) -> None:
+    """A value to look a name up by (a filter, a dedupe key to find): any text the
+    database can compare, past R29's limits too, as an older row may hold it; NUL and
+    lone surrogates are refused, which no database can be sent."""
+    if value is not None:
+        _storable(name, value)
 
 
 def kind(value: object) -> str:
@@ -65,9 +94,9 @@ def payload(value: object, *, max_bytes: int) -> dict[str, Any]:
     It comes back exactly as given, so keys must be strings (JSON would turn 1 into "1")."""
     if not isinstance(value, Mapping):
         raise TypeError(f"payload must be a JSON object (a dict), got {type(value).__name__}")
+    _payload_strings(value)
     if _json_size("payload", value) > max_bytes:
         raise ValueError(f"payload is larger than max_payload_bytes={max_bytes}")
-    _payload_strings(value)
     return dict(value)
 
 
@@ -75,13 +104,13 @@ def result(value: object, *, max_bytes: int) -> object:
     """A job's result is any JSON value (R24), checked here so that a bad one fails while
     the job is still running under its lease, before anything is written. Keys must be
     strings, as in a payload (JSON would turn 1 into "1")."""
+    _payload_strings(value, "result")
     size = _json_size("result", value)
     if size > max_bytes:
         raise ValueError(
             f"result is {size} bytes as JSON, larger than max_result_bytes={max_bytes}; "
             "store big outputs elsewhere and return where they are"
         )
-    _payload_strings(value, "result")
     return value
 
 
@@ -91,15 +120,21 @@ def _json_size(name: str, value: object) -> int:
         encoded = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"{name} is not JSON-serialisable: {exc}") from exc
-    except RecursionError as exc:
-        raise ValueError(f"{name} is nested too deeply") from exc
     return len(encoded.encode("utf-8", "surrogatepass"))
 
 
 def _payload_strings(value: object, name: str = "payload") -> None:
-    pending: list[tuple[str, object]] = [(name, value)]
+    """Every string and key storable, and no deeper than `JSON_DEPTH` (R29). A walk with a
+    list of its own, not recursion: a payload nested 100,000 deep is refused, not a
+    RecursionError (and json.dumps, which recurses, never sees it)."""
+    pending: list[tuple[str, object, int]] = [(name, value, 1)]
     while pending:
-        path, item = pending.pop()
+        path, item, depth = pending.pop()
+        if depth > JSON_DEPTH:
+            raise ValueError(
+                f"{name} is nested more than {JSON_DEPTH} levels deep (JSON depth, as MariaDB "
+                f"counts it), the most every backend holds; at {path[:200]}"
+            )
         if isinstance(item, str):
             _storable(path, item)
         elif isinstance(item, Mapping):
@@ -107,9 +142,9 @@ def _payload_strings(value: object, name: str = "payload") -> None:
                 if not isinstance(key, str):
                     raise TypeError(f"{path} has a key that is not a string: {key!r}")
                 _storable(f"a key of {path}", key)
-                pending.append((f"{path}[{key!r}]", inner))
+                pending.append((f"{path}[{key!r}]", inner, depth + 1))
         elif isinstance(item, (list, tuple)):
-            pending.extend((f"{path}[{i}]", inner) for i, inner in enumerate(item))
+            pending.extend((f"{path}[{i}]", inner, depth + 1) for i, inner in enumerate(item))
 
 
 def at_least(name: str, value: object, minimum: int, maximum: int = INT64[1]) -> int:

@@ -63,7 +63,7 @@ def worker_settings(
     return WorkerSettings(
         concurrency=concurrency,
         queues=names,
-        name=name or f"{socket.gethostname()}-{os.getpid()}",
+        name=validate.text("name", name or f"{socket.gethostname()}-{os.getpid()}"),
         prefetch=None if prefetch is None else validate.at_least("prefetch", prefetch, 0),
         poll_interval=validate.positive_seconds("poll_interval", poll_interval),
         heartbeat_seconds=validate.positive_seconds("heartbeat_seconds", heartbeat_seconds),

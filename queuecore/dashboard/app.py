@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -34,11 +35,16 @@ from queuecore import validate
 from queuecore.dashboard import queries
 from queuecore.dashboard.actions import ACTIONS, job_actions
 from queuecore.dashboard.chart import bars
-from queuecore.dashboard.security import CSRF_FIELD, Guard, csrf_passes, csrf_token
+from queuecore.dashboard.security import (
+    CSRF_FIELD,
+    LOOPBACK_NAMES,
+    Guard,
+    csrf_passes,
+    csrf_token,
+)
 
 HERE = Path(__file__).parent
 PAGE_SIZE = 50
-LOOPBACK_NAMES = ["127.0.0.1", "localhost", "::1", "[::1]"]
 
 
 def when(epoch: float | datetime | None) -> str:
@@ -63,7 +69,7 @@ def _cursor(text: str | None) -> tuple[float, int] | None:
     if not text:
         return None
     at, _, job_id = text.partition(":")
-    return float(at), validate.job_id(int(job_id))
+    return float(at), int(job_id)  # ListFilter checks both
 
 
 def _local_path(target: str | None, fallback: str) -> str:
@@ -171,6 +177,10 @@ class Dashboard:
             except (TypeError, ValueError):
                 return self.render(request, "problem.html", 400, problem=f"not a job id: {job_id}")
         else:
+            try:
+                validate.searchable("dedupe_key", dedupe_key)
+            except ValueError as exc:
+                return self.render(request, "problem.html", 400, problem=str(exc))
 
             def lookup() -> int | None:
                 with self.queue.engine.connect() as conn:
@@ -189,8 +199,15 @@ class Dashboard:
         return RedirectResponse(f"/jobs/{found}", status_code=303)
 
     async def job_page(self, request: Request) -> Response:
-        job_id = validate.job_id(int(request.path_params["job_id"]))
-        snapshot, now = await run_in_threadpool(lambda: (self.queue.get(job_id), self.queue.now()))
+        job_id: int = request.path_params["job_id"]
+        try:
+            validate.job_id(job_id)
+        except ValueError:  # past any id a database holds: no such job
+            snapshot = None
+        else:
+            snapshot, now = await run_in_threadpool(
+                lambda: (self.queue.get(job_id), self.queue.now())
+            )
         if snapshot is None:
             return self.render(
                 request, "problem.html", 404, problem=f"no job {job_id} (never made, or purged)"
@@ -304,10 +321,15 @@ def job_facts(snapshot: Any, now: float) -> list[tuple[str, str]]:
 
 
 def create_app(
-    queue: Any, *, read_only: bool = False, token: str | None = None, loopback: bool = True
+    queue: Any,
+    *,
+    read_only: bool = False,
+    token: str | None = None,
+    allowed_hosts: Sequence[str] = LOOPBACK_NAMES,
 ) -> Starlette:
-    """The ASGI application. `loopback`: it listens on loopback only, so requests must
-    name a loopback host (a DNS-rebinding page cannot reach it under another name)."""
+    """The ASGI application. Requests must name one of `allowed_hosts` in their Host
+    header (by default a loopback name): a DNS-rebinding page reaches the dashboard's
+    address under a name of its own, and is refused."""
     dashboard = Dashboard(queue, read_only=read_only)
     routes = [
         Route("/", dashboard.queues_page),
@@ -320,7 +342,7 @@ def create_app(
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     middleware = [
-        Middleware(TrustedHostMiddleware, allowed_hosts=LOOPBACK_NAMES if loopback else ["*"]),
+        Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)),
         Middleware(Guard, token=token),
         Middleware(
             SessionMiddleware,

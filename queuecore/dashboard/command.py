@@ -7,21 +7,28 @@ import argparse
 import os
 import sys
 
+from queuecore import dsn_option
+
 TOKEN_VARIABLE = "QUEUECORE_DASHBOARD_TOKEN"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--dsn",
-        default=os.environ.get("QUEUECORE_DSN"),
-        help="database URL (default: $QUEUECORE_DSN)",
-    )
+    dsn_option.add(parser)
     parser.add_argument("--port", type=int, default=8080, help="default 8080")
     parser.add_argument(
         "--host",
         default="127.0.0.1",
         help="address to listen on (default 127.0.0.1: this host only); any other "
-        f"address needs --read-only or a token (--token or ${TOKEN_VARIABLE})",
+        f"address needs a token (${TOKEN_VARIABLE}), --read-only too",
+    )
+    parser.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a host name the dashboard answers to (the Host header; *.example.com for "
+        "every subdomain), again for more; default: the --host address, this host's names "
+        "and loopback. Any other name is refused, as a DNS-rebinding page would send",
     )
     parser.add_argument(
         "--read-only", action="store_true", help="show the queue, offer and accept no action"
@@ -29,7 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--token",
         default=os.environ.get(TOKEN_VARIABLE),
-        help=f"every request must give it as the basic-auth password (default: ${TOKEN_VARIABLE})",
+        help=f"every request must give it as the basic-auth password; prefer ${TOKEN_VARIABLE}, "
+        "as a command line is readable by every user of this host",
     )
     parser.add_argument("--log-level", default="info", type=str.lower)
 
@@ -45,21 +53,31 @@ def main(args: argparse.Namespace) -> int:
             f"the dashboard needs its extra: pip install 'queuecore[dashboard]' ({exc})"
         ) from exc
     from queuecore.connect import connect
-    from queuecore.dashboard.security import is_loopback
+    from queuecore.dashboard.security import allowed_hosts, is_loopback
 
     if not args.dsn:
-        raise ValueError("no database: pass --dsn DSN or set QUEUECORE_DSN")
-    loopback = is_loopback(args.host)
-    if not loopback and not args.read_only and not args.token:
+        raise ValueError("no database: pass --dsn-file PATH or --dsn DSN, or set QUEUECORE_DSN")
+    if not is_loopback(args.host) and not args.token:  # pages show payloads: read-only too
         raise ValueError(
-            f"--host {args.host} listens beyond this host: its actions need a token "
-            f"(--token or ${TOKEN_VARIABLE}), or pass --read-only"
+            f"--host {args.host} listens beyond this host: it needs a token (set "
+            f"${TOKEN_VARIABLE}), --read-only too, since its pages show payloads and errors"
+        )
+    if args.token is not None and args.token != os.environ.get(TOKEN_VARIABLE):
+        print(
+            f"queuecore dashboard: warning: --token is readable by every user of this host in "
+            f"the process list; set ${TOKEN_VARIABLE} instead",
+            file=sys.stderr,
         )
     if args.token is not None and len(args.token) < 16:
         raise ValueError("the token must be at least 16 characters long")
     queue = connect(args.dsn)
     try:
-        app = create_app(queue, read_only=args.read_only, token=args.token, loopback=loopback)
+        app = create_app(
+            queue,
+            read_only=args.read_only,
+            token=args.token,
+            allowed_hosts=allowed_hosts(args.host, args.allowed_host),
+        )
         print(
             f"queuecore dashboard on http://{args.host}:{args.port}/"
             + (" (read-only)" if args.read_only else ""),

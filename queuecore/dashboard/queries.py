@@ -18,6 +18,7 @@ a query that finds such rows reads the leases index (running rows only).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +37,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.elements import ColumnElement
 
-from queuecore import statements
+from queuecore import statements, validate
 from queuecore.schema import IS_CANCELLED, IS_DEAD, IS_DONE, LIVE, QUEUED, RUNNING, jobs
 
 NOW = bindparam("now", type_=Double)
@@ -80,6 +81,13 @@ class ListFilter:
     def __post_init__(self) -> None:
         if self.state not in LISTS:
             raise ValueError(f"state must be one of {', '.join(LISTS)}, got {self.state!r}")
+        for name in ("queue", "kind"):  # text no database can compare (NUL): no such job
+            validate.searchable(name, getattr(self, name))
+        if self.after is not None:
+            at, job_id = self.after
+            validate.job_id(job_id)
+            if not math.isfinite(at):  # MariaDB cannot bind inf or nan
+                raise ValueError(f"not a page cursor: {at!r}:{job_id}")
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,8 @@
 
 - CSRF: every form carries a token kept in the signed session cookie (SameSite=strict);
   a POST without the matching token is refused before its form is even read further.
+- Hosts: a request must name the dashboard by one of its own names (a DNS-rebinding page
+  reaches its address under the attacker's name), and beyond loopback a token is required.
 - Access: with a token set, every request needs it, as HTTP basic auth (any user name,
   the token as password, so a browser can ask for it) or as `Authorization: Bearer`.
   Pages show payloads, which may hold secrets, so the token guards reading too.
@@ -17,7 +19,8 @@ import binascii
 import hmac
 import ipaddress
 import secrets
-from collections.abc import Mapping
+import socket
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
@@ -37,6 +40,22 @@ HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
 }
+
+
+#: The names a loopback dashboard answers to.
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def allowed_hosts(bind: str, extra: Sequence[str] = ()) -> list[str]:
+    """The Host headers a dashboard listening on `bind` answers to: loopback's names,
+    and beyond loopback the address itself (unless it is every address) and this host's
+    names, with `extra` (the operator's own names for it, a proxy's)."""
+    names = [*LOOPBACK_NAMES, *extra]
+    if not is_loopback(bind):
+        if bind not in ("0.0.0.0", "::", ""):
+            names.append(f"[{bind}]" if ":" in bind else bind)
+        names += [socket.gethostname(), socket.getfqdn()]
+    return list(dict.fromkeys(names))
 
 
 def is_loopback(host: str) -> bool:

@@ -34,6 +34,7 @@ from queuecore.demo.pool import (
     worker_command,
 )
 from queuecore.demo.verdict import verdict
+from queuecore.dsn import shown
 from queuecore.table import render
 
 
@@ -144,7 +145,7 @@ def _introduce(
     kill_every: float,
 ) -> None:
     counts = Counter(kinds.values())
-    where = to_url(dsn).render_as_string(hide_password=True)
+    where = shown(to_url(dsn))
     print(f"queuecore demo: {len(kinds)} jobs on {where}", file=out)
     print(
         f"{workers} worker processes ({concurrency} jobs at once each), started as "

@@ -27,6 +27,12 @@ def quick(job: Job) -> None:
     return None
 
 
+@REGISTRY.handler("raises")
+def raises(job: Job) -> None:
+    """Fails with the payload's message."""
+    raise RuntimeError(job.payload["message"])
+
+
 @REGISTRY.handler("recorded")
 def recorded(job: Job) -> Effect:
     """Says it ran (a file the test waits for), then returns the demo's ledger effect,

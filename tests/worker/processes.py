@@ -28,14 +28,16 @@ def queuecore_command(*args: str) -> list[str]:
 
 
 @contextmanager
-def queuecore_process(*args: str, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+def queuecore_process(
+    *args: str, log: Path, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
     """`queuecore ARGS...` in the background, its output in `log`; killed if the test
     leaves it running."""
     with open(log, "ab") as out:
         proc = subprocess.Popen(
             queuecore_command(*args),
             cwd=REPO,
-            env=queuecore_env(),
+            env=queuecore_env() if env is None else env,
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,

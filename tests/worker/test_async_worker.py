@@ -304,6 +304,8 @@ def test_an_async_worker_refuses_what_a_worker_refuses(opener):
         AsyncWorker(aqueue, {})
     with pytest.raises(ValueError, match="concurrency"):
         AsyncWorker(aqueue, {"a": lambda job: None}, concurrency=0)
+    with pytest.raises(ValueError, match="name is 256 characters long"):
+        AsyncWorker(aqueue, {"a": lambda job: None}, name="w" * 256, heartbeat_seconds=1)
 
 
 def test_a_sync_worker_without_handler_processes_refuses_async_handlers(queue):

@@ -129,6 +129,13 @@ def test_w2_a_worker_needs_a_kind_to_claim(queue):
         Worker(queue, {})
 
 
+def test_r29_a_worker_name_past_the_limits_is_refused_at_once(queue):
+    with pytest.raises(ValueError, match=r"name is 256 characters long; .* at most 255"):
+        Worker(queue, {"k": lambda job: None}, name="w" * 256)
+    with pytest.raises(ValueError, match="name contains the control character U\\+001B"):
+        Worker(queue, {"k": lambda job: None}, name="w\x1b[2J")
+
+
 def test_w1_an_effect_that_raises_rolls_back_and_fails_the_job(queue, effect_rows):
     def half_effect(job):
         def effect(conn):

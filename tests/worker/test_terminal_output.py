@@ -1,0 +1,57 @@
+"""Terminal-safe output: a control character in a kind, a queue or an error text (written
+directly, as R29 refuses them in new names now) is printed as an escape by `stats`,
+`dead list` and the worker's log lines, never sent to the terminal raw."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from queuecore.cli import main
+from queuecore.schema import jobs
+from tests.worker.processes import run_queuecore
+
+# Clears the screen, then retitles the window.
+ESC = "\x1b[2J\x1b]0;owned\x07"
+SHOWN = "\\x1b[2J\\x1b]0;owned\\x07"
+
+
+def rename(db: sa.Engine, job_id: int, **values: str) -> None:
+    with db.begin() as conn:
+        conn.execute(sa.update(jobs).where(jobs.c.id == job_id).values(**values))
+
+
+def assert_escaped(text: str) -> None:
+    assert "\x1b" not in text and "\x07" not in text, text
+    assert SHOWN in text, text
+
+
+def test_stats_and_dead_list_print_control_characters_as_escapes(capsys, queue, db, dsn):
+    dead = queue.enqueue("k", {}, max_attempts=1).id
+    (job,) = queue.claim("w")
+    assert queue.fail(job, f"boom {ESC}") == "dead"
+    live = queue.enqueue("k", {}).id
+    rename(db, live, kind=f"kind{ESC}", queue=f"queue{ESC}")
+    rename(db, dead, kind=f"kind{ESC}", queue=f"queue{ESC}")
+
+    assert main(["stats", "--dsn", dsn]) == 0
+    out = capsys.readouterr().out
+    assert_escaped(out)
+    assert f"kind{SHOWN}" in out and f"queue{SHOWN}" in out
+    assert main(["dead", "list", "--dsn", dsn]) == 0
+    out = capsys.readouterr().out
+    assert_escaped(out)
+    assert f"boom {SHOWN}" in out
+
+
+def test_a_workers_log_lines_print_control_characters_as_escapes(make_queue, db, dsn):
+    queue = make_queue(clock=None)
+    quick = queue.enqueue("quick", {}).id
+    rename(db, quick, queue=f"queue{ESC}")
+    failing = queue.enqueue("raises", {"message": f"boom {ESC}"}, max_attempts=1).id
+    done = run_queuecore(
+        "worker", "tests.worker.handlers:REGISTRY", "--dsn", dsn, "--exit-when-idle", "0.5"
+    )
+    assert done.returncode == 0, done.stderr
+    assert [queue.get(i).state for i in (quick, failing)] == ["done", "dead"]
+    assert_escaped(done.stderr)
+    assert f"queue queue{SHOWN}" in done.stderr and f"boom {SHOWN}" in done.stderr
