@@ -51,15 +51,21 @@ class PrivateMariaDB:
             raise FileNotFoundError("no MariaDB server binaries (apt-get install mariadb-server)")
         self._server, self._install = server, install
         self._folder = Path(tempfile.mkdtemp(prefix="queuecore-mariadb-"))
+        # Its temporary tables in a folder of its own: in the shared /tmp, the bootstrap
+        # lost one mid-install in two CI runs ("Could not remove temporary table
+        # '/tmp/#sql-temptable-…', error: 2", then "Unknown table tmp_proxies_priv").
+        self._tmp = self._folder / "tmp"
         self.port = free_port()
         self.dsn = f"mariadb+mysqldb://root@127.0.0.1:{self.port}/mysql"
         self._process: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> PrivateMariaDB:
         data = self._folder / "data"
+        self._tmp.mkdir()
         made = subprocess.run(
             [self._install, "--no-defaults", f"--datadir={data}", "--user=root",
-             "--auth-root-authentication-method=normal", "--skip-test-db"],
+             "--auth-root-authentication-method=normal", "--skip-test-db",
+             f"--tmpdir={self._tmp}"],
             capture_output=True,
             text=True,
         )  # fmt: skip
@@ -80,7 +86,7 @@ class PrivateMariaDB:
              f"--port={self.port}", "--bind-address=127.0.0.1",
              f"--socket={self._folder / 'mysqld.sock'}", f"--pid-file={self._folder / 'pid'}",
              "--innodb-buffer-pool-size=64M", "--innodb-log-file-size=16M",
-             "--max-connections=200", "--skip-log-bin"],
+             "--max-connections=200", "--skip-log-bin", f"--tmpdir={self._tmp}"],
             stdout=log,
             stderr=log,
         )  # fmt: skip
