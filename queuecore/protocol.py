@@ -120,6 +120,18 @@ class Queue(Protocol):
         """The dead-letter list, newest first, R08's lost leases included."""
         ...
 
+    def list_jobs(
+        self,
+        state: str | Sequence[str] | None = None,
+        kind: str | Sequence[str] | None = None,
+        queue: str | Sequence[str] | None = None,
+        after_id: int | None = None,
+        limit: int = 100,
+    ) -> list[JobSnapshot]:
+        """R31: jobs in id order after `after_id`, at most `limit`; `state`, `kind` and
+        `queue` each filter by one value or a list (None: all)."""
+        ...
+
     def cancel(self, job_id: int) -> bool:
         """R25: a queued or running job becomes cancelled (terminal); False otherwise."""
         ...
@@ -248,6 +260,22 @@ class AsyncQueue(Protocol):
     ) -> int: ...
 
     async def get(self, job_id: int) -> JobSnapshot | None: ...
+
+    async def dead_jobs(self, queue: str | None = None, *, limit: int = 100) -> list[JobSnapshot]:
+        """The dead-letter list, newest first, R08's lost leases included."""
+        ...
+
+    async def list_jobs(
+        self,
+        state: str | Sequence[str] | None = None,
+        kind: str | Sequence[str] | None = None,
+        queue: str | Sequence[str] | None = None,
+        after_id: int | None = None,
+        limit: int = 100,
+    ) -> list[JobSnapshot]:
+        """R31: jobs in id order after `after_id`, at most `limit`; `state`, `kind` and
+        `queue` each filter by one value or a list (None: all)."""
+        ...
 
     async def cancel(self, job_id: int) -> bool:
         """R25: a queued or running job becomes cancelled (terminal); False otherwise."""

@@ -276,6 +276,18 @@ class SQLQueue(OptionsView):
         return self._run(self.ops.get(job_id))
 
     @reconnecting(after_commit=True)
+    def list_jobs(
+        self,
+        state: str | Sequence[str] | None = None,
+        kind: str | Sequence[str] | None = None,
+        queue: str | Sequence[str] | None = None,
+        after_id: int | None = None,
+        limit: int = 100,
+    ) -> list[JobSnapshot]:
+        plan = self.ops.list_jobs(state, kind, queue, after_id, limit)
+        return self._run(plan)
+
+    @reconnecting(after_commit=True)
     def dead_jobs(self, queue: str | None = None, *, limit: int = 100) -> list[JobSnapshot]:
         return self._run(self.ops.dead_jobs(queue, limit=limit))
 
