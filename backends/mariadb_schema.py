@@ -49,6 +49,7 @@ mariadb_jobs = Table(
     Column("awaited", Boolean),
     Column("trace_context", Text),
     Column("ready_at", Double),
+    Column("errors", JSON(none_as_null=True)),
     Column(
         "live_priority",
         Integer,

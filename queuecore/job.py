@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, overload
 
@@ -83,6 +83,9 @@ class JobSnapshot:
     finished_at: datetime | None
     #: What the completion handed back (R24); None while there is none.
     result: Any = None
+    #: Every failed attempt, oldest first, the last 20 (R32): each a mapping with
+    #: `attempt` (int), `at` (a UTC datetime) and `error` (text, cut as R11 cuts it).
+    errors: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def finished(self) -> bool:

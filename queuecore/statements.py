@@ -31,6 +31,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.elements import BindParameter, ColumnClause, ColumnElement
 
+from queuecore.attempt_errors import appended_error
 from queuecore.schema import (
     CANCELLED,
     DEAD,
@@ -85,11 +86,14 @@ def dead_values() -> dict[str, ColumnElement[object]]:
     """What R08's dead state is, column by column, computed from the row itself: its
     finish is the end of its lease, whenever the state is written, so written and unwritten
     look the same."""
+    error = literal(LEASE_EXPIRED_ON_LAST_ATTEMPT)
     return {
         "state": DEAD,
         "finished_at": jobs.c.visible_at,
         "lease_token": null(),
-        "last_error": literal(LEASE_EXPIRED_ON_LAST_ATTEMPT),
+        "last_error": error,
+        # R32: the lost lease is the last attempt's failure, ended when the lease did.
+        "errors": appended_error(jobs.c.errors, jobs.c.attempts, jobs.c.visible_at, error),
     }
 
 
@@ -296,6 +300,11 @@ def complete_batch(now: Now) -> Update:
     )
 
 
+def _failed(now: Now) -> ColumnElement[Any]:
+    """R32: the history with this attempt's failure, in the statement that records it."""
+    return appended_error(jobs.c.errors, jobs.c.attempts, now, bindparam("error"))
+
+
 def fail_retry(now: Now) -> Update:
     return (
         update(jobs)
@@ -304,6 +313,7 @@ def fail_retry(now: Now) -> Update:
             state=QUEUED,
             visible_at=now + bindparam("delay", type_=Double),
             last_error=bindparam("error"),
+            errors=_failed(now),
             lease_token=None,
         )
     )
@@ -313,7 +323,13 @@ def fail_dead(now: Now) -> Update:
     return (
         update(jobs)
         .where(_fenced(now))
-        .values(state=DEAD, finished_at=now, last_error=bindparam("error"), lease_token=None)
+        .values(
+            state=DEAD,
+            finished_at=now,
+            last_error=bindparam("error"),
+            errors=_failed(now),
+            lease_token=None,
+        )
     )
 
 

@@ -1,0 +1,69 @@
+"""`errors`: every failed attempt of a job (R32), not only the last.
+
+A nullable JSON column (JSONB on PostgreSQL), appended to by the statement that records
+a failure. Adding it changes the catalog only (no table rewrite, no index change), and
+`last_error` stays as it was: the previous release neither reads nor writes `errors`,
+so it keeps working while an upgrade rolls out (expand, then contract; ADR 0014).
+
+Jobs that failed before the upgrade keep their last error as their history's one entry:
+its attempt is the job's attempts, and its time the nearest one the row kept (the job's
+finish, else its creation), since no earlier revision stored when an attempt failed.
+
+Revision ID: 0005
+Revises: 0004
+Create Date: 2026-12-05
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+from sqlalchemy.dialects.postgresql import JSONB
+
+revision = "0005"
+down_revision = "0004"
+branch_labels = None
+depends_on = None
+
+TABLE = "queuecore_jobs"
+
+
+def upgrade() -> None:
+    postgresql = op.get_bind().dialect.name == "postgresql"
+    op.add_column(TABLE, sa.Column("errors", JSONB if postgresql else sa.JSON))
+    op.execute(backfill(postgresql))
+
+
+def backfill(postgresql: bool) -> sa.Update:
+    """A job's `last_error` as its one entry, where it has one and no history yet."""
+    jobs = sa.table(
+        TABLE,
+        sa.column("attempts"),
+        sa.column("last_error"),
+        sa.column("finished_at"),
+        sa.column("created_at"),
+        sa.column("errors"),
+    )
+    obj, array = (
+        (sa.func.jsonb_build_object, sa.func.jsonb_build_array)
+        if postgresql
+        else (sa.func.json_object, sa.func.json_array)
+    )
+    entry = obj(
+        "attempt",
+        jobs.c.attempts,
+        "at",
+        sa.func.coalesce(jobs.c.finished_at, jobs.c.created_at),
+        "error",
+        jobs.c.last_error,
+    )
+    return (
+        sa.update(jobs)
+        .where(jobs.c.last_error.is_not(None), jobs.c.errors.is_(None))
+        .values(errors=array(entry))
+    )
+
+
+def downgrade() -> None:
+    """Back to 0004: the column goes (SQLite 3.35 and newer can drop a column in place)."""
+    op.drop_column(TABLE, "errors")
