@@ -44,6 +44,10 @@ def add_commands(command: Command, dsn: Callable[[argparse.ArgumentParser], None
     jobs.add_argument("--json", action="store_true", help="print JSON for machines")
     dsn(jobs)
 
+    workers = command("workers", _workers, help="the workers seen in the last hour")
+    workers.add_argument("--json", action="store_true", help="print JSON for machines")
+    dsn(workers)
+
 
 def _payload(text: str) -> Any:
     from queuecore.cli import UsageError
@@ -143,3 +147,44 @@ def _line(error: str | None) -> str:
     from queuecore.worklog import first_line
 
     return first_line(error or "")[:60]
+
+
+def _workers(args: argparse.Namespace) -> int:
+    from queuecore.cli import _open
+    from queuecore.table import render
+
+    with _open(args) as queue:
+        seen = queue.workers()
+    if args.json:
+        listed = [
+            {
+                **{f: getattr(w, f) for f in WORKER_FIELDS},
+                "started_at": w.started_at.isoformat(),
+                "last_seen_at": w.last_seen_at.isoformat(),
+            }
+            for w in seen
+        ]
+        print(json.dumps(listed, indent=2))
+        return 0
+    if not seen:
+        print("no worker seen in the last hour")
+        return 0
+    rows = [
+        [
+            w.name,
+            "gone" if w.gone else "alive",
+            f"{w.host}:{w.pid}",
+            ",".join(w.queues) if w.queues is not None else "(all)",
+            ",".join(w.kinds),
+            f"{w.running}/{w.concurrency}",
+            f"{w.started_at:%Y-%m-%d %H:%M:%S}",
+            f"{w.last_seen_at:%H:%M:%S}",
+        ]
+        for w in seen
+    ]
+    headers = ["name", "state", "host:pid", "queues", "kinds", "held/slots", "started (UTC)"]
+    print(render([*headers, "last seen"], rows))
+    return 0
+
+
+WORKER_FIELDS = ("name", "host", "pid", "queues", "kinds", "concurrency", "running", "gone")

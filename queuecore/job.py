@@ -91,3 +91,23 @@ class JobSnapshot:
     def finished(self) -> bool:
         """In a terminal state (done, dead or cancelled): it will not change by itself."""
         return self.state in ("done", "dead", "cancelled")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """One worker as its record in the database says (R33): what it serves, and when it
+    was last seen. `gone`: not seen for three of its heartbeats (it crashed, or its host
+    did); a gone record is dropped an hour after it was last seen."""
+
+    name: str
+    host: str
+    pid: int
+    queues: list[str] | None  # None: every queue
+    kinds: list[str]
+    concurrency: int
+    started_at: datetime
+    last_seen_at: datetime
+    #: The jobs it held at its last heartbeat: running, or claimed ahead of its slots.
+    running: int
+    heartbeat_seconds: float
+    gone: bool

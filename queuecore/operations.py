@@ -17,10 +17,10 @@ from typing import Any, Literal
 
 from sqlalchemy import Double, bindparam
 
-from queuecore import claim_steps, programs, shaping, tracing, validate
+from queuecore import claim_steps, programs, shaping, tracing, validate, worker_records
 from queuecore.backend import Backend
 from queuecore.backoff import Backoff
-from queuecore.job import Completions, EnqueueResult, Job, JobSnapshot, to_datetime
+from queuecore.job import Completions, EnqueueResult, Job, JobSnapshot, WorkerInfo, to_datetime
 from queuecore.plans import Hot, Outcome, Plan, Plans, Ready, Run, Tx
 from queuecore.schema import STATES
 from queuecore.shaping import ID, PRIORITY, READY_AT, STATE
@@ -388,6 +388,21 @@ class Operations(StatementSet):
         key = None if states is None else tuple(sorted(set(states)))
         stmt = self.list_statement(key, kinds is not None, queues is not None)
         return Tx(programs.snapshots(self, stmt, params), write=False)
+
+    def report_worker(self, name: str, record: Mapping[str, Any]) -> Tx[None]:
+        """R33: a worker's record of itself, written at its start and on its heartbeat."""
+        checked = dict(record)
+        checked["concurrency"] = validate.at_least("concurrency", record["concurrency"], 1)
+        checked["heartbeat_seconds"] = validate.positive_seconds(
+            "heartbeat_seconds", record["heartbeat_seconds"]
+        )
+        return worker_records.report(self, validate.text("worker", name), checked)
+
+    def forget_worker(self, name: str) -> Tx[None]:
+        return worker_records.forget(self, validate.text("worker", name))
+
+    def workers(self) -> Tx[list[WorkerInfo]]:
+        return worker_records.listed(self)
 
     def wait_arguments(self, job_id: int, timeout: float) -> tuple[int, float]:
         """R26's arguments, checked before anything waits."""

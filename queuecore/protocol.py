@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from sqlalchemy import URL, Connection, Engine
 
-from queuecore.job import Completions, EnqueueResult, Job, JobSnapshot
+from queuecore.job import Completions, EnqueueResult, Job, JobSnapshot, WorkerInfo
 
 if TYPE_CHECKING:  # the asyncio extension needs greenlet: the async extra only
     from sqlalchemy.ext.asyncio import AsyncConnection
@@ -138,6 +138,21 @@ class Queue(Protocol):
 
     def wait(self, job_id: int, timeout: float = 30.0) -> JobSnapshot | None:
         """R26: the snapshot once terminal, or as it is at the timeout; None if unknown."""
+        ...
+
+    def report_worker(self, name: str, record: Mapping[str, Any]) -> None:
+        """R33, for workers: `record` holds `host`, `pid`, `queues`, `kinds`,
+        `concurrency`, `heartbeat_seconds` and `running`; written at the worker's start and
+        on each heartbeat (one statement when its record is there)."""
+        ...
+
+    def forget_worker(self, name: str) -> None:
+        """R33: a worker that stops cleanly removes its record."""
+        ...
+
+    def workers(self) -> list[WorkerInfo]:
+        """R33: the workers seen in the last hour, by name; `gone` when not seen for
+        three heartbeats."""
         ...
 
     def now(self) -> float:
@@ -283,6 +298,21 @@ class AsyncQueue(Protocol):
 
     async def wait(self, job_id: int, timeout: float = 30.0) -> JobSnapshot | None:
         """R26: the snapshot once terminal, or as it is at the timeout; None if unknown."""
+        ...
+
+    async def report_worker(self, name: str, record: Mapping[str, Any]) -> None:
+        """R33, for workers: `record` holds `host`, `pid`, `queues`, `kinds`,
+        `concurrency`, `heartbeat_seconds` and `running`; written at the worker's start and
+        on each heartbeat (one statement when its record is there)."""
+        ...
+
+    async def forget_worker(self, name: str) -> None:
+        """R33: a worker that stops cleanly removes its record."""
+        ...
+
+    async def workers(self) -> list[WorkerInfo]:
+        """R33: the workers seen in the last hour, by name; `gone` when not seen for
+        three heartbeats."""
         ...
 
     async def now(self) -> float:

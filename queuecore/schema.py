@@ -20,6 +20,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    String,
     Table,
     Text,
     UniqueConstraint,
@@ -83,6 +84,22 @@ jobs = Table(
     UniqueConstraint("dedupe_key", name="uq_queuecore_jobs_dedupe_key"),
     # A purged id is never handed out again, so `get(id)` can't show somebody else's job.
     sqlite_autoincrement=True,
+)
+
+#: R33: one row per worker, written when it starts and on its heartbeat (0005).
+workers = Table(
+    "queuecore_workers",
+    metadata,
+    Column("name", String(255), primary_key=True),
+    Column("host", Text, nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("queues", JSON_TYPE),  # None: every queue
+    Column("kinds", JSON_TYPE, nullable=False),
+    Column("concurrency", Integer, nullable=False),
+    Column("heartbeat_seconds", Double, nullable=False),
+    Column("started_at", Double, nullable=False),
+    Column("last_seen_at", Double, nullable=False),
+    Column("running", Integer, nullable=False),
 )
 
 LIVE = jobs.c.state.in_([QUEUED, RUNNING])

@@ -15,6 +15,7 @@ from queuecore.backend import Backend
 from queuecore.claim_steps import ClaimSteps, build
 from queuecore.compiled import Compiled
 from queuecore.schema import CANCELLED, DEAD, DONE, jobs
+from queuecore.worker_records import WorkerStatements
 
 PURGEABLE = {"done": DONE, "dead": DEAD, "cancelled": CANCELLED}
 
@@ -55,6 +56,7 @@ class StatementSet:
             name: s.purge_batch(now, state, subquery=subquery) for name, state in PURGEABLE.items()
         }
         self.stmt_now = select(now)
+        self.worker_statements = WorkerStatements(now)
         self._lists: dict[tuple[tuple[str, ...] | None, bool, bool], Any] = {}
         self._plans: dict[tuple[bool, int | None, int | None], ClaimPlan] = {}
         self._steps: dict[tuple[int | None, int | None], ClaimSteps] = {}

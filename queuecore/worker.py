@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterable, Mapping
 from types import FrameType
 
+from queuecore import presence
 from queuecore.async_handling import runs_on_event_loop
 from queuecore.claimer import Claimer
 from queuecore.handling import Handler
@@ -229,6 +230,16 @@ class Worker:
                 name="queuecore-heartbeat",
             )
         ]
+        mine = presence.record(
+            self.queues, sorted(self.handlers), self.concurrency, self.heartbeat_seconds
+        )
+        helpers.append(
+            threading.Thread(
+                target=presence.keep_record,
+                args=(self.queue, self.name, mine, self._running, self._finished),
+                name="queuecore-presence",
+            )
+        )
         helpers += scheduler_threads(self.queue, self.handlers, self._holdings.stopping)
         if self._wakeups is not None:
             helpers.append(threading.Thread(target=self._wakeups.run, name="queuecore-listener"))
@@ -253,6 +264,9 @@ class Worker:
             for thread in helpers:
                 thread.join(timeout=2)
             log.info("worker %s stopped", self.name)
+
+    def _running(self) -> int:
+        return len(self._holdings.leases())
 
     def _shut_down(self, slots: list[threading.Thread]) -> None:
         for lease in self._holdings.stop():

@@ -33,7 +33,8 @@ def rules_named_by_tests() -> dict[str, list[str]]:
 
 def test_the_contract_has_every_rule_once() -> None:
     rules = contract_rules()
-    expected = [f"R{n:02d}" for n in range(1, 29)] + [f"W{n}" for n in range(1, 8)]
+    queue_rules = [*range(1, 29), 31, 32, 33]  # R29, R30: not in this document yet
+    expected = [f"R{n:02d}" for n in queue_rules] + [f"W{n}" for n in range(1, 8)]
     assert sorted(rules) == sorted(expected)
 
 

@@ -1,4 +1,5 @@
-"""`errors`: every failed attempt of a job (R32), as the shared chain's 0005 adds it.
+"""`errors`: every failed attempt of a job (R32), and `queuecore_workers`, one row per
+running worker (R33), as the shared chain's 0005 adds them.
 
 MariaDB commits each DDL statement on its own: the column is added only where it is not
 there yet (`ADD COLUMN IF NOT EXISTS`), and the backfill writes only rows with no history
@@ -26,6 +27,23 @@ depends_on = None
 TABLE = "queuecore_jobs"
 
 
+CREATE_WORKERS = """
+CREATE TABLE IF NOT EXISTS queuecore_workers (
+    name VARCHAR(255) NOT NULL,
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    queues JSON,
+    kinds JSON NOT NULL,
+    concurrency INTEGER NOT NULL,
+    heartbeat_seconds DOUBLE NOT NULL,
+    started_at DOUBLE NOT NULL,
+    last_seen_at DOUBLE NOT NULL,
+    running INTEGER NOT NULL,
+    PRIMARY KEY (name)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_nopad_bin
+"""
+
+
 def upgrade() -> None:
     op.execute(f"ALTER TABLE {TABLE} ADD COLUMN IF NOT EXISTS errors JSON")
     op.execute(
@@ -33,7 +51,9 @@ def upgrade() -> None:
         "'attempt', attempts, 'at', COALESCE(finished_at, created_at), 'error', last_error))"
         " WHERE last_error IS NOT NULL AND errors IS NULL"
     )
+    op.execute(CREATE_WORKERS)
 
 
 def downgrade() -> None:
+    op.execute("DROP TABLE IF EXISTS queuecore_workers")
     op.execute(f"ALTER TABLE {TABLE} DROP COLUMN IF EXISTS errors")

@@ -1,4 +1,5 @@
-"""`errors`: every failed attempt of a job (R32), not only the last.
+"""`errors`: every failed attempt of a job (R32), not only the last; `queuecore_workers`:
+one row per running worker (R33).
 
 A nullable JSON column (JSONB on PostgreSQL), appended to by the statement that records
 a failure. Adding it changes the catalog only (no table rewrite, no index change), and
@@ -8,6 +9,8 @@ so it keeps working while an upgrade rolls out (expand, then contract; ADR 0014)
 Jobs that failed before the upgrade keep their last error as their history's one entry:
 its attempt is the job's attempts, and its time the nearest one the row kept (the job's
 finish, else its creation), since no earlier revision stored when an attempt failed.
+
+The workers table is new: the previous release never reads it.
 
 Revision ID: 0005
 Revises: 0004
@@ -32,6 +35,20 @@ def upgrade() -> None:
     postgresql = op.get_bind().dialect.name == "postgresql"
     op.add_column(TABLE, sa.Column("errors", JSONB if postgresql else sa.JSON))
     op.execute(backfill(postgresql))
+    json = JSONB if postgresql else sa.JSON
+    op.create_table(
+        "queuecore_workers",
+        sa.Column("name", sa.String(255), primary_key=True),
+        sa.Column("host", sa.Text, nullable=False),
+        sa.Column("pid", sa.Integer, nullable=False),
+        sa.Column("queues", json),
+        sa.Column("kinds", json, nullable=False),
+        sa.Column("concurrency", sa.Integer, nullable=False),
+        sa.Column("heartbeat_seconds", sa.Double, nullable=False),
+        sa.Column("started_at", sa.Double, nullable=False),
+        sa.Column("last_seen_at", sa.Double, nullable=False),
+        sa.Column("running", sa.Integer, nullable=False),
+    )
 
 
 def backfill(postgresql: bool) -> sa.Update:
@@ -65,5 +82,7 @@ def backfill(postgresql: bool) -> sa.Update:
 
 
 def downgrade() -> None:
-    """Back to 0004: the column goes (SQLite 3.35 and newer can drop a column in place)."""
+    """Back to 0004: the table and the column go (SQLite 3.35 and newer can drop a column
+    in place)."""
+    op.drop_table("queuecore_workers")
     op.drop_column(TABLE, "errors")

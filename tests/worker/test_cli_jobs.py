@@ -137,3 +137,24 @@ def test_jobs_lists_by_state_kind_and_queue_in_pages(capsys, queue, dsn):
     assert str(third) in out and "queued" in out and "report" not in out
     assert main(["jobs", "--dsn", dsn, "--state", "finished"]) == 2
     assert "state must be one of" in capsys.readouterr().err
+
+
+def test_workers_lists_the_workers_seen(capsys, make_queue, dsn):
+    """R33 on the command line, with a record written on the command's own clock."""
+    assert main(["workers", "--dsn", dsn]) == 0
+    assert "no worker seen" in capsys.readouterr().out
+    record = {"host": "h", "pid": 7, "queues": None, "kinds": ["k"], "concurrency": 2}
+    make_queue(clock=None).report_worker("w-1", {**record, "heartbeat_seconds": 60, "running": 1})
+    assert main(["workers", "--dsn", dsn, "--json"]) == 0
+    [listed] = json.loads(capsys.readouterr().out)
+    assert {k: listed[k] for k in ("name", "host", "pid", "queues", "kinds", "running")} == {
+        "name": "w-1",
+        "host": "h",
+        "pid": 7,
+        "queues": None,
+        "kinds": ["k"],
+        "running": 1,
+    }
+    assert main(["workers", "--dsn", dsn]) == 0
+    out = capsys.readouterr().out
+    assert "w-1" in out and "alive" in out and "h:7" in out and "1/2" in out
