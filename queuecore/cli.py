@@ -256,7 +256,7 @@ def _worker(args: argparse.Namespace) -> int:
         lease_seconds=args.lease_seconds,
         backoff_base=args.backoff_base,
         backoff_cap=args.backoff_cap,
-        pool_size=args.concurrency + 3,  # slots, claimer, heartbeat, ack window: see Worker
+        pool_size=args.concurrency + 4,  # slots, claimer, heartbeat, ack window, record: Worker
     )
     observer = _worker_metrics(args)
     try:

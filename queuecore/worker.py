@@ -69,8 +69,11 @@ class Worker:
     (see `queuecore.claimer`); jobs claimed ahead and not started are released at a
     stop, uncharged (W4).
 
-    The queue's connection pool must allow `concurrency + 3` connections at once
-    (slots, claimer, heartbeat, ack window); the command line sizes it.
+    The worker keeps a record of itself in the database (R33, `workers()`), written at its
+    start and every heartbeat interval, and removed when it stops.
+
+    The queue's connection pool must allow `concurrency + 4` connections at once
+    (slots, claimer, heartbeat, ack window, the worker's record); the command line sizes it.
     """
 
     def __init__(
