@@ -112,7 +112,7 @@ def test_r22_an_unmigrated_database_is_migrated_at_connect_or_refused_with_what_
     with queuecore.connect(empty_dsn, clock=clock) as queue:
         job_id = queue.enqueue("k", {}).id
         assert [job.id for job in queue.claim("w")] == [job_id]
-    assert tables(empty_dsn) == sorted(["queuecore_jobs", VERSION_TABLE])
+    assert tables(empty_dsn) == sorted(["queuecore_jobs", "queuecore_workers", VERSION_TABLE])
     engine = sa.create_engine(empty_dsn)
     with engine.connect() as conn:
         version = conn.execute(sa.text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
