@@ -23,7 +23,7 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
-from queuecore.schema import jobs
+from queuecore.schema import jobs, workers
 
 metadata = MetaData()
 
@@ -49,6 +49,7 @@ mariadb_jobs = Table(
     Column("awaited", Boolean),
     Column("trace_context", Text),
     Column("ready_at", Double),
+    Column("errors", JSON(none_as_null=True)),
     Column(
         "live_priority",
         Integer,
@@ -68,3 +69,19 @@ Index("ix_queuecore_jobs_ready_by_queue", c.queue, c.live_priority, c.visible_at
 Index("ix_queuecore_jobs_leases", c.state, c.visible_at)
 Index("ix_queuecore_jobs_finished", c.state, c.finished_at)
 Index("ix_queuecore_jobs_state", c.state, c.queue, c.finished_at)
+
+#: R33's table, as migrations/mariadb/0002 builds it.
+mariadb_workers = Table(
+    workers.name,
+    metadata,
+    Column("name", String(255), primary_key=True),
+    Column("host", Text, nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("queues", JSON(none_as_null=True)),
+    Column("kinds", JSON(none_as_null=True), nullable=False),
+    Column("concurrency", Integer, nullable=False),
+    Column("heartbeat_seconds", Double, nullable=False),
+    Column("started_at", Double, nullable=False),
+    Column("last_seen_at", Double, nullable=False),
+    Column("running", Integer, nullable=False),
+)

@@ -23,7 +23,7 @@ from queuecore.errors import (
     UnknownBackendError,
 )
 from queuecore.handling import Done, Handler, Lease, Permanent, Retry, current_lease
-from queuecore.job import Completions, EnqueueResult, Job, JobSnapshot
+from queuecore.job import Completions, EnqueueResult, Job, JobSnapshot, WorkerInfo
 from queuecore.migrate import migrate
 from queuecore.protocol import AsyncEffect, AsyncQueue, Effect, Listener, Queue
 from queuecore.registry import Registry
@@ -67,6 +67,7 @@ __all__ = [
     "StorageFullError",
     "UnknownBackendError",
     "Worker",
+    "WorkerInfo",
     "connect",
     "connect_async",
     "copy",

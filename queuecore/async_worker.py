@@ -19,6 +19,7 @@ from collections.abc import Coroutine, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from queuecore import presence
 from queuecore.async_handling import async_outcome_of
 from queuecore.async_listener import AsyncWakeups
 from queuecore.async_reporter import AsyncReporter
@@ -197,6 +198,15 @@ class AsyncWorker:
                 self.queue, holdings, self.settings.heartbeat_seconds, finished, self.observer
             )
         )
+        settings = self.settings
+        mine = presence.record(
+            settings.queues, sorted(self.handlers), settings.concurrency, settings.heartbeat_seconds
+        )
+        record = asyncio.create_task(
+            presence.keep_record_async(
+                self.queue, settings.name, mine, lambda: len(holdings.leases), finished
+            )
+        )
         wakeups = asyncio.create_task(self._wakeups.run()) if self._wakeups else None
         stop_schedules = threading.Event()
         schedules = scheduler_threads(
@@ -222,6 +232,7 @@ class AsyncWorker:
             await self._shut_down(tasks, reporter)
             finished.set()
             await heartbeats
+            await record
             if wakeups is not None:
                 await wakeups
             for thread in schedules:

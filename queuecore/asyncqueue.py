@@ -24,7 +24,7 @@ from typing import Any, Literal, Protocol
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from queuecore.backend import Backend
-from queuecore.job import Completions, EnqueueResult, Job, JobSnapshot
+from queuecore.job import Completions, EnqueueResult, Job, JobSnapshot, WorkerInfo
 from queuecore.operations import Operations, OptionsView
 from queuecore.plans import (
     INVALIDATED,
@@ -252,6 +252,30 @@ class AsyncSQLQueue(OptionsView):
     @reconnecting(after_commit=True)
     async def get(self, job_id: int) -> JobSnapshot | None:
         return await self._run(self.ops.get(job_id))
+
+    @reconnecting(after_commit=True)
+    async def list_jobs(
+        self,
+        state: str | Sequence[str] | None = None,
+        kind: str | Sequence[str] | None = None,
+        queue: str | Sequence[str] | None = None,
+        after_id: int | None = None,
+        limit: int = 100,
+    ) -> list[JobSnapshot]:
+        plan = self.ops.list_jobs(state, kind, queue, after_id, limit)
+        return await self._run(plan)
+
+    @reconnecting(after_commit=True)
+    async def report_worker(self, name: str, record: Mapping[str, Any]) -> None:
+        return await self._run(self.ops.report_worker(name, record))
+
+    @reconnecting(after_commit=True)
+    async def forget_worker(self, name: str) -> None:
+        return await self._run(self.ops.forget_worker(name))
+
+    @reconnecting(after_commit=True)
+    async def workers(self) -> list[WorkerInfo]:
+        return await self._run(self.ops.workers())
 
     @reconnecting(after_commit=True)
     async def dead_jobs(self, queue: str | None = None, *, limit: int = 100) -> list[JobSnapshot]:

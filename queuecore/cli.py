@@ -262,7 +262,7 @@ def _worker(args: argparse.Namespace) -> int:
         lease_seconds=args.lease_seconds,
         backoff_base=args.backoff_base,
         backoff_cap=args.backoff_cap,
-        pool_size=args.concurrency + 3,  # slots, claimer, heartbeat, ack window: see Worker
+        pool_size=args.concurrency + 4,  # slots, claimer, heartbeat, ack window, record: Worker
     )
     observer = _worker_metrics(args)
     try:
@@ -340,15 +340,42 @@ def _schedules(args: argparse.Namespace) -> int:
 def _stats(args: argparse.Namespace) -> int:
     with _open(args) as queue:
         stats = queue.stats()
+        _add_last_hour(queue, stats)
     if args.json:
         print(json.dumps(stats, indent=2, sort_keys=True))
         return 0
-    rows = [[name, *(s[c] for c in STATS_COLUMNS)] for name, s in sorted(stats["queues"].items())]
-    rows.append(["(all)", *(stats[c] for c in STATS_COLUMNS)])
+    columns = (*STATS_COLUMNS, *LAST_HOUR)
+    rows = [[name, *(s[c] for c in columns)] for name, s in sorted(stats["queues"].items())]
+    rows.append(["(all)", *(stats[c] for c in columns)])
     headers = ["queue", "queued", "running", "ready now", "oldest ready (s)", "dead", "cancelled"]
-    print(render(headers, rows))
+    print(render([*headers, "done (1 h)", "dead (1 h)"], rows))
     print(f"\n{_kinds_table(stats['kinds'])}")
     return 0
+
+
+#: The jobs that finished over the last hour, per queue, as the dashboard counts them.
+LAST_HOUR = ("done_last_hour", "dead_last_hour")
+
+
+def _add_last_hour(queue: Any, stats: dict[str, Any]) -> None:
+    """Done and dead over the last hour, read through the finished rows' indexes for that
+    hour only (`queuecore.dashboard.queries`): a queue whose jobs all finished within the
+    hour is still listed."""
+    from queuecore.dashboard.queries import read_overview
+
+    with queue.engine.connect() as conn:
+        overview = read_overview(conn, queue.now())
+    empty = {**dict.fromkeys(STATS_COLUMNS, 0), "oldest_ready_age_s": 0.0}
+    for field in LAST_HOUR:
+        stats[field] = 0
+    for figures in overview.queues:
+        entry = stats["queues"].setdefault(figures.name, dict(empty))
+        for field in LAST_HOUR:
+            entry[field] = getattr(figures, field)
+            stats[field] += entry[field]
+    for entry in stats["queues"].values():
+        for field in LAST_HOUR:
+            entry.setdefault(field, 0)
 
 
 def _kinds_table(kinds: dict[str, dict[str, Any]]) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, overload
 
@@ -83,8 +83,31 @@ class JobSnapshot:
     finished_at: datetime | None
     #: What the completion handed back (R24); None while there is none.
     result: Any = None
+    #: Every failed attempt, oldest first, the last 20 (R32): each a mapping with
+    #: `attempt` (int), `at` (a UTC datetime) and `error` (text, cut as R11 cuts it).
+    errors: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def finished(self) -> bool:
         """In a terminal state (done, dead or cancelled): it will not change by itself."""
         return self.state in ("done", "dead", "cancelled")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """One worker as its record in the database says (R33): what it serves, and when it
+    was last seen. `gone`: not seen for three of its heartbeats (it crashed, or its host
+    did); a gone record is dropped an hour after it was last seen."""
+
+    name: str
+    host: str
+    pid: int
+    queues: list[str] | None  # None: every queue
+    kinds: list[str]
+    concurrency: int
+    started_at: datetime
+    last_seen_at: datetime
+    #: The jobs it held at its last heartbeat: running, or claimed ahead of its slots.
+    running: int
+    heartbeat_seconds: float
+    gone: bool

@@ -17,11 +17,12 @@ from typing import Any, Literal
 
 from sqlalchemy import Double, bindparam
 
-from queuecore import claim_steps, programs, shaping, tracing, validate
+from queuecore import claim_steps, programs, shaping, tracing, validate, worker_records
 from queuecore.backend import Backend
 from queuecore.backoff import Backoff
-from queuecore.job import Completions, EnqueueResult, Job, JobSnapshot, to_datetime
+from queuecore.job import Completions, EnqueueResult, Job, JobSnapshot, WorkerInfo, to_datetime
 from queuecore.plans import Hot, Outcome, Plan, Plans, Ready, Run, Tx
+from queuecore.schema import STATES
 from queuecore.shaping import ID, PRIORITY, READY_AT, STATE
 from queuecore.statement_set import PURGEABLE, StatementSet
 
@@ -345,6 +346,46 @@ class Operations(StatementSet):
             params["queue"], stmt = validate.queue_name(queue), self.stmt_dead_in_queue
         return Tx(programs.snapshots(self, stmt, params), write=False)
 
+    def list_jobs(
+        self,
+        state: str | Sequence[str] | None = None,
+        kind: str | Sequence[str] | None = None,
+        queue: str | Sequence[str] | None = None,
+        after_id: int | None = None,
+        limit: int = 100,
+    ) -> Tx[list[JobSnapshot]]:
+        """R31: jobs in id order after `after_id` (a cursor: pass the last id of a page to
+        get the next), filtered by state, kind and queue, each one value or a list."""
+        states = _one_or_many("state", state, _state)
+        kinds = _one_or_many("kind", kind, validate.kind)
+        queues = _one_or_many("queue", queue, validate.queue_name)
+        params = self.params(
+            after_id=0 if after_id is None else validate.job_id(after_id),
+            limit=validate.at_least("limit", limit, 1),
+        )
+        if kinds is not None:
+            params["kinds"] = kinds
+        if queues is not None:
+            params["queues"] = queues
+        key = None if states is None else tuple(sorted(set(states)))
+        stmt = self.list_statement(key, kinds is not None, queues is not None)
+        return Tx(programs.snapshots(self, stmt, params), write=False)
+
+    def report_worker(self, name: str, record: Mapping[str, Any]) -> Tx[None]:
+        """R33: a worker's record of itself, written at its start and on its heartbeat."""
+        checked = dict(record)
+        checked["concurrency"] = validate.at_least("concurrency", record["concurrency"], 1)
+        checked["heartbeat_seconds"] = validate.positive_seconds(
+            "heartbeat_seconds", record["heartbeat_seconds"]
+        )
+        return worker_records.report(self, validate.text("worker", name), checked)
+
+    def forget_worker(self, name: str) -> Tx[None]:
+        return worker_records.forget(self, validate.text("worker", name))
+
+    def workers(self) -> Tx[list[WorkerInfo]]:
+        return worker_records.listed(self)
+
     def wait_arguments(self, job_id: int, timeout: float) -> tuple[int, float]:
         """R26's arguments, checked before anything waits."""
         return validate.job_id(job_id), validate.non_negative_seconds("timeout", timeout)
@@ -374,6 +415,24 @@ class OptionsView:
     @max_result_bytes.setter
     def max_result_bytes(self, value: int) -> None:
         self.ops.max_result_bytes = value
+
+
+def _one_or_many(
+    name: str, value: str | Sequence[str] | None, check: Callable[[object], str]
+) -> list[str] | None:
+    """A filter of `list_jobs`: None (no filter), one value, or a non-empty list."""
+    if value is None:
+        return None
+    values = [value] if isinstance(value, str) else list(value)
+    if not values:
+        raise ValueError(f"{name} must name at least one value, or be None for all")
+    return [check(v) for v in values]
+
+
+def _state(value: object) -> str:
+    if value not in STATES:
+        raise ValueError(f"state must be one of {', '.join(STATES)}, got {value!r}")
+    return str(value)
 
 
 def _created(outcomes: list[Outcome]) -> EnqueueResult:

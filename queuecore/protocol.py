@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from sqlalchemy import URL, Connection, Engine
 
-from queuecore.job import Completions, EnqueueResult, Job, JobSnapshot
+from queuecore.job import Completions, EnqueueResult, Job, JobSnapshot, WorkerInfo
 
 if TYPE_CHECKING:  # the asyncio extension needs greenlet: the async extra only
     from sqlalchemy.ext.asyncio import AsyncConnection
@@ -120,12 +120,39 @@ class Queue(Protocol):
         """The dead-letter list, newest first, R08's lost leases included."""
         ...
 
+    def list_jobs(
+        self,
+        state: str | Sequence[str] | None = None,
+        kind: str | Sequence[str] | None = None,
+        queue: str | Sequence[str] | None = None,
+        after_id: int | None = None,
+        limit: int = 100,
+    ) -> list[JobSnapshot]:
+        """R31: jobs in id order after `after_id`, at most `limit`; `state`, `kind` and
+        `queue` each filter by one value or a list (None: all)."""
+        ...
+
     def cancel(self, job_id: int) -> bool:
         """R25: a queued or running job becomes cancelled (terminal); False otherwise."""
         ...
 
     def wait(self, job_id: int, timeout: float = 30.0) -> JobSnapshot | None:
         """R26: the snapshot once terminal, or as it is at the timeout; None if unknown."""
+        ...
+
+    def report_worker(self, name: str, record: Mapping[str, Any]) -> None:
+        """R33, for workers: `record` holds `host`, `pid`, `queues`, `kinds`,
+        `concurrency`, `heartbeat_seconds` and `running`; written at the worker's start and
+        on each heartbeat (one statement when its record is there)."""
+        ...
+
+    def forget_worker(self, name: str) -> None:
+        """R33: a worker that stops cleanly removes its record."""
+        ...
+
+    def workers(self) -> list[WorkerInfo]:
+        """R33: the workers seen in the last hour, by name; `gone` when not seen for
+        three heartbeats."""
         ...
 
     def now(self) -> float:
@@ -249,12 +276,43 @@ class AsyncQueue(Protocol):
 
     async def get(self, job_id: int) -> JobSnapshot | None: ...
 
+    async def dead_jobs(self, queue: str | None = None, *, limit: int = 100) -> list[JobSnapshot]:
+        """The dead-letter list, newest first, R08's lost leases included."""
+        ...
+
+    async def list_jobs(
+        self,
+        state: str | Sequence[str] | None = None,
+        kind: str | Sequence[str] | None = None,
+        queue: str | Sequence[str] | None = None,
+        after_id: int | None = None,
+        limit: int = 100,
+    ) -> list[JobSnapshot]:
+        """R31: jobs in id order after `after_id`, at most `limit`; `state`, `kind` and
+        `queue` each filter by one value or a list (None: all)."""
+        ...
+
     async def cancel(self, job_id: int) -> bool:
         """R25: a queued or running job becomes cancelled (terminal); False otherwise."""
         ...
 
     async def wait(self, job_id: int, timeout: float = 30.0) -> JobSnapshot | None:
         """R26: the snapshot once terminal, or as it is at the timeout; None if unknown."""
+        ...
+
+    async def report_worker(self, name: str, record: Mapping[str, Any]) -> None:
+        """R33, for workers: `record` holds `host`, `pid`, `queues`, `kinds`,
+        `concurrency`, `heartbeat_seconds` and `running`; written at the worker's start and
+        on each heartbeat (one statement when its record is there)."""
+        ...
+
+    async def forget_worker(self, name: str) -> None:
+        """R33: a worker that stops cleanly removes its record."""
+        ...
+
+    async def workers(self) -> list[WorkerInfo]:
+        """R33: the workers seen in the last hour, by name; `gone` when not seen for
+        three heartbeats."""
         ...
 
     async def now(self) -> float:

@@ -20,6 +20,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    String,
     Table,
     Text,
     UniqueConstraint,
@@ -40,8 +41,10 @@ CANCELLED: ColumnClause[Any] = literal_column("'cancelled'")
 STATES = ("queued", "running", "done", "dead", "cancelled")
 TERMINAL = ("done", "dead", "cancelled")
 
-#: A result of None is no result: stored as SQL NULL, never as JSON null.
-RESULT_TYPE = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
+#: A JSON column where None is stored as SQL NULL, never as JSON null.
+JSON_TYPE = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
+#: A result of None is no result.
+RESULT_TYPE = JSON_TYPE
 
 jobs = Table(
     "queuecore_jobs",
@@ -69,6 +72,10 @@ jobs = Table(
     # 0004: the `visible_at` the last claim found, when that attempt became ready, written
     # by the claim itself (`statements._claimed`): its time in queue is claim - ready_at.
     Column("ready_at", Double),
+    # 0005: every failed attempt of the job (R32), written with the failure itself
+    # (`queuecore.attempt_errors`); NULL until the first. `last_error` stays, so the
+    # previous release reads and writes what it knows while an upgrade rolls out.
+    Column("errors", JSON_TYPE),
     CheckConstraint(
         "state IN ('queued', 'running', 'done', 'dead', 'cancelled')",
         name="ck_queuecore_jobs_state",
@@ -77,6 +84,22 @@ jobs = Table(
     UniqueConstraint("dedupe_key", name="uq_queuecore_jobs_dedupe_key"),
     # A purged id is never handed out again, so `get(id)` can't show somebody else's job.
     sqlite_autoincrement=True,
+)
+
+#: R33: one row per worker, written when it starts and on its heartbeat (0005).
+workers = Table(
+    "queuecore_workers",
+    metadata,
+    Column("name", String(255), primary_key=True),
+    Column("host", Text, nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("queues", JSON_TYPE),  # None: every queue
+    Column("kinds", JSON_TYPE, nullable=False),
+    Column("concurrency", Integer, nullable=False),
+    Column("heartbeat_seconds", Double, nullable=False),
+    Column("started_at", Double, nullable=False),
+    Column("last_seen_at", Double, nullable=False),
+    Column("running", Integer, nullable=False),
 )
 
 LIVE = jobs.c.state.in_([QUEUED, RUNNING])

@@ -60,7 +60,16 @@ def snapshot(row: Any) -> JobSnapshot:
         visible_at=to_datetime(row.visible_at),
         finished_at=to_datetime(row.finished_at),
         result=row.result,
+        errors=attempt_errors(row.errors),
     )
+
+
+def attempt_errors(stored: Any) -> list[dict[str, Any]]:
+    """R32's history as stored (JSON, times in epoch seconds) for people: datetimes."""
+    return [
+        {"attempt": int(e["attempt"]), "at": to_datetime(float(e["at"])), "error": e["error"]}
+        for e in stored or ()
+    ]
 
 
 def per_job(name: str, values: Sequence[Any] | None, count: int) -> list[Any]:

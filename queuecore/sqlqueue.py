@@ -18,7 +18,7 @@ from sqlalchemy import URL, Connection, Engine
 
 from queuecore.backend import Backend
 from queuecore.hotpath import HotPath
-from queuecore.job import Completions, EnqueueResult, Job, JobSnapshot
+from queuecore.job import Completions, EnqueueResult, Job, JobSnapshot, WorkerInfo
 from queuecore.migrate import ensure_schema
 from queuecore.operations import ERROR_TEXT_LIMIT, Clock, Operations, OptionsView
 from queuecore.plans import (
@@ -275,6 +275,30 @@ class SQLQueue(OptionsView):
     @reconnecting(after_commit=True)
     def get(self, job_id: int) -> JobSnapshot | None:
         return self._run(self.ops.get(job_id))
+
+    @reconnecting(after_commit=True)
+    def list_jobs(
+        self,
+        state: str | Sequence[str] | None = None,
+        kind: str | Sequence[str] | None = None,
+        queue: str | Sequence[str] | None = None,
+        after_id: int | None = None,
+        limit: int = 100,
+    ) -> list[JobSnapshot]:
+        plan = self.ops.list_jobs(state, kind, queue, after_id, limit)
+        return self._run(plan)
+
+    @reconnecting(after_commit=True)
+    def report_worker(self, name: str, record: Mapping[str, Any]) -> None:
+        return self._run(self.ops.report_worker(name, record))
+
+    @reconnecting(after_commit=True)
+    def forget_worker(self, name: str) -> None:
+        return self._run(self.ops.forget_worker(name))
+
+    @reconnecting(after_commit=True)
+    def workers(self) -> list[WorkerInfo]:
+        return self._run(self.ops.workers())
 
     @reconnecting(after_commit=True)
     def dead_jobs(self, queue: str | None = None, *, limit: int = 100) -> list[JobSnapshot]:

@@ -15,6 +15,7 @@ from queuecore.backend import Backend
 from queuecore.claim_steps import ClaimSteps, build
 from queuecore.compiled import Compiled
 from queuecore.schema import CANCELLED, DEAD, DONE, jobs
+from queuecore.worker_records import WorkerStatements
 
 PURGEABLE = {"done": DONE, "dead": DEAD, "cancelled": CANCELLED}
 
@@ -55,6 +56,8 @@ class StatementSet:
             name: s.purge_batch(now, state, subquery=subquery) for name, state in PURGEABLE.items()
         }
         self.stmt_now = select(now)
+        self.worker_statements = WorkerStatements(now)
+        self._lists: dict[tuple[tuple[str, ...] | None, bool, bool], Any] = {}
         self._plans: dict[tuple[bool, int | None, int | None], ClaimPlan] = {}
         self._steps: dict[tuple[int | None, int | None], ClaimSteps] = {}
         self.hot_complete = self.compile(self.stmt_complete)
@@ -102,6 +105,17 @@ class StatementSet:
 
     def compile(self, statement: ClauseElement) -> Compiled:
         return Compiled(statement, self.backend.dialect)
+
+    def list_statement(self, states: tuple[str, ...] | None, by_kind: bool, by_queue: bool) -> Any:
+        """`list_jobs`' statement for this shape of filters (R31), built on first use."""
+        key = (states, by_kind, by_queue)
+        stmt = self._lists.get(key)
+        if stmt is None:
+            stmt = statements.list_jobs(
+                self.now_sql, states, by_kind=by_kind, by_queue=by_queue, walk=self.backend.walk()
+            )
+            self._lists[key] = stmt
+        return stmt
 
     def claim_steps(self, queue_count: int | None, kind_count: int | None) -> ClaimSteps:
         """The statements of a claim in steps (`queuecore.claim_steps`) for this shape."""

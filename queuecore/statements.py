@@ -31,6 +31,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.elements import BindParameter, ColumnClause, ColumnElement
 
+from queuecore.attempt_errors import appended_error
 from queuecore.schema import (
     CANCELLED,
     DEAD,
@@ -85,11 +86,14 @@ def dead_values() -> dict[str, ColumnElement[object]]:
     """What R08's dead state is, column by column, computed from the row itself: its
     finish is the end of its lease, whenever the state is written, so written and unwritten
     look the same."""
+    error = literal(LEASE_EXPIRED_ON_LAST_ATTEMPT)
     return {
         "state": DEAD,
         "finished_at": jobs.c.visible_at,
         "lease_token": null(),
-        "last_error": literal(LEASE_EXPIRED_ON_LAST_ATTEMPT),
+        "last_error": error,
+        # R32: the lost lease is the last attempt's failure, ended when the lease did.
+        "errors": appended_error(jobs.c.errors, jobs.c.attempts, jobs.c.visible_at, error),
     }
 
 
@@ -296,6 +300,11 @@ def complete_batch(now: Now) -> Update:
     )
 
 
+def _failed(now: Now) -> ColumnElement[Any]:
+    """R32: the history with this attempt's failure, in the statement that records it."""
+    return appended_error(jobs.c.errors, jobs.c.attempts, now, bindparam("error"))
+
+
 def fail_retry(now: Now) -> Update:
     return (
         update(jobs)
@@ -304,6 +313,7 @@ def fail_retry(now: Now) -> Update:
             state=QUEUED,
             visible_at=now + bindparam("delay", type_=Double),
             last_error=bindparam("error"),
+            errors=_failed(now),
             lease_token=None,
         )
     )
@@ -313,7 +323,13 @@ def fail_dead(now: Now) -> Update:
     return (
         update(jobs)
         .where(_fenced(now))
-        .values(state=DEAD, finished_at=now, last_error=bindparam("error"), lease_token=None)
+        .values(
+            state=DEAD,
+            finished_at=now,
+            last_error=bindparam("error"),
+            errors=_failed(now),
+            lease_token=None,
+        )
     )
 
 
@@ -467,3 +483,48 @@ def dead_jobs(now: Now, *, by_queue: bool) -> AnySelect:
         .order_by(listed.c.finished_at.desc(), listed.c.id.desc())
         .limit(bindparam("limit"))
     )
+
+
+#: The states `list_jobs` may be asked for, as SQL literals (partial indexes match them).
+STATE_LITERALS = {
+    "queued": QUEUED,
+    "running": RUNNING,
+    "done": DONE,
+    "dead": DEAD,
+    "cancelled": CANCELLED,
+}
+
+
+def list_jobs(
+    now: Now, states: tuple[str, ...] | None, *, by_kind: bool, by_queue: bool, walk: Walk
+) -> AnySelect:
+    """R31: jobs in id order after the cursor `after_id`, at most `limit`, filtered by
+    kind (`kinds`) and queue (`queues`), both expanding binds. With `states`, each state's
+    rows are read through their own index, a part each, in id order and cut at `limit`:
+    the live rows through the claim's (so asking for live states reads no finished row,
+    R19), R08's lost leases through the leases index, each finished state through its
+    own. Without, every row is read in id order (the primary key)."""
+
+    def narrowed(stmt: AnySelect) -> AnySelect:
+        if by_kind:
+            stmt = stmt.where(jobs.c.kind.in_(bindparam("kinds", expanding=True)))
+        if by_queue:
+            stmt = stmt.where(jobs.c.queue.in_(bindparam("queues", expanding=True)))
+        stmt = stmt.where(jobs.c.id > bindparam("after_id"))
+        return stmt.order_by(jobs.c.id).limit(bindparam("limit"))
+
+    if states is None:
+        return narrowed(select(*seen(now)))
+    parts = []
+    live = [STATE_LITERALS[s] for s in states if s in ("queued", "running")]
+    if live:  # a lease lost on the last attempt reads as dead (R08), not as running
+        parts.append(narrowed(select(*seen(now)).where(walk.live, seen_state(now).in_(live))))
+    if "dead" in states:
+        parts.append(narrowed(select(*seen(now)).where(lease_lost(now))))
+    for state in ("done", "dead", "cancelled"):
+        if state in states:
+            parts.append(narrowed(select(*seen(now)).where(jobs.c.state == STATE_LITERALS[state])))
+    if len(parts) == 1:
+        return parts[0]
+    listed = union_all(*(select(part.subquery()) for part in parts)).subquery("listed")
+    return select(listed).order_by(listed.c.id).limit(bindparam("limit"))

@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterable, Mapping
 from types import FrameType
 
+from queuecore import presence
 from queuecore.async_handling import runs_on_event_loop
 from queuecore.claimer import Claimer
 from queuecore.handling import Handler
@@ -68,8 +69,11 @@ class Worker:
     (see `queuecore.claimer`); jobs claimed ahead and not started are released at a
     stop, uncharged (W4).
 
-    The queue's connection pool must allow `concurrency + 3` connections at once
-    (slots, claimer, heartbeat, ack window); the command line sizes it.
+    The worker keeps a record of itself in the database (R33, `workers()`), written at its
+    start and every heartbeat interval, and removed when it stops.
+
+    The queue's connection pool must allow `concurrency + 4` connections at once
+    (slots, claimer, heartbeat, ack window, the worker's record); the command line sizes it.
     """
 
     def __init__(
@@ -229,6 +233,16 @@ class Worker:
                 name="queuecore-heartbeat",
             )
         ]
+        mine = presence.record(
+            self.queues, sorted(self.handlers), self.concurrency, self.heartbeat_seconds
+        )
+        helpers.append(
+            threading.Thread(
+                target=presence.keep_record,
+                args=(self.queue, self.name, mine, self._running, self._finished),
+                name="queuecore-presence",
+            )
+        )
         helpers += scheduler_threads(self.queue, self.handlers, self._holdings.stopping)
         if self._wakeups is not None:
             helpers.append(threading.Thread(target=self._wakeups.run, name="queuecore-listener"))
@@ -253,6 +267,9 @@ class Worker:
             for thread in helpers:
                 thread.join(timeout=2)
             log.info("worker %s stopped", self.name)
+
+    def _running(self) -> int:
+        return len(self._holdings.leases())
 
     def _shut_down(self, slots: list[threading.Thread]) -> None:
         for lease in self._holdings.stop():

@@ -10,6 +10,9 @@
   pending, `Retry-After` says when to ask again. `?wait=S` holds the answer up to S
   seconds until the job finishes (long polling, `queue.wait`).
 - `DELETE /jobs/{id}` cancels a queued or running job (409 once it has finished).
+- `GET /jobs?state=dead&kind=...&queue=...&after=ID&limit=N` lists jobs for an operator
+  (`queue.list_jobs`, R31): each filter repeats for several values, and `next` is the
+  link to the next page. Put it behind your application's own authentication.
 
 The endpoints are `async def` on `queuecore.connect_async`, opened and closed by the
 lifespan: a request that waits on the database (a held lock, a `?wait=` long poll)
@@ -23,7 +26,7 @@ import os
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import FastAPI, Header, HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse
@@ -83,6 +86,45 @@ async def create_job(
         response.status_code = 200  # the retried request's job, not a new one
     response.headers["Location"] = f"/jobs/{res.id}"
     return {"id": res.id, "status_url": f"/jobs/{res.id}"}
+
+
+@app.get("/jobs")
+async def list_jobs(
+    request: Request,
+    state: Annotated[list[str] | None, Query()] = None,
+    kind: Annotated[list[str] | None, Query()] = None,
+    queue: Annotated[list[str] | None, Query()] = None,
+    after: int | None = Query(default=None, ge=0),
+    limit: int = Query(default=50, ge=1, le=500),
+) -> dict[str, Any]:
+    try:
+        listed = await _queue(request).list_jobs(
+            state=state, kind=kind, queue=queue, after_id=after, limit=limit
+        )
+    except ValueError as exc:  # an unknown state, say
+        raise HTTPException(422, str(exc)) from exc
+    jobs = [
+        {
+            "id": snap.id,
+            "kind": snap.kind,
+            "queue": snap.queue,
+            "status": snap.state,
+            "attempts": snap.attempts,
+            "errors": [
+                {
+                    "attempt": e["attempt"],
+                    "at": e["at"].isoformat(),
+                    "error": _first_line(e["error"]),
+                }
+                for e in snap.errors
+            ],
+        }
+        for snap in listed
+    ]
+    following = None
+    if len(listed) == limit:
+        following = str(request.url.include_query_params(after=listed[-1].id))
+    return {"jobs": jobs, "next": following}
 
 
 @app.get("/jobs/{job_id}")

@@ -14,12 +14,12 @@ import sqlalchemy as sa
 import queuecore
 from queuecore.conformance.harness import Harness
 from queuecore.migrate import VERSION_TABLE
-from queuecore.schema import jobs
+from queuecore.schema import jobs, workers
 
 #: The name each throw-away database starts with (the rest is random).
 PREFIX = "queuecore_test_"
 #: The tables a migrated database holds: every other one is a test's own.
-QUEUECORE_TABLES = frozenset({jobs.name, VERSION_TABLE})
+QUEUECORE_TABLES = frozenset({jobs.name, workers.name, VERSION_TABLE})
 
 
 class ServerHarness(Harness):
@@ -69,6 +69,7 @@ class ServerHarness(Harness):
         engine = sa.create_engine(self._database)
         with engine.begin() as conn:
             conn.exec_driver_sql(self.empty_sql)
+            conn.exec_driver_sql(f"DELETE FROM {workers.name}")
             for name in set(sa.inspect(conn).get_table_names()) - QUEUECORE_TABLES:
                 conn.exec_driver_sql(f"DROP TABLE {self._quoted(name)}")
         engine.dispose()

@@ -114,7 +114,9 @@ def test_r22_an_unmigrated_database_is_migrated_at_connect_or_refused_with_what_
     with queuecore.connect(empty_dsn, clock=clock) as queue:
         job_id = queue.enqueue("k", {}).id
         assert [job.id for job in queue.claim("w")] == [job_id]
-    assert tables(harness, empty_dsn) == sorted(["queuecore_jobs", VERSION_TABLE])
+    assert tables(harness, empty_dsn) == sorted(
+        ["queuecore_jobs", "queuecore_workers", VERSION_TABLE]
+    )
     engine = harness.engine(empty_dsn)
     with engine.connect() as conn:
         version = conn.execute(sa.text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()

@@ -19,7 +19,7 @@ import queuecore
 from queuecore.conformance.harness import Harness
 from queuecore.conformance.helpers import capture_sql
 from queuecore.migrate import VERSION_TABLE, head_revision, include_object, models
-from queuecore.schema import jobs
+from queuecore.schema import jobs, workers
 
 DDL = ("CREATE", "ALTER", "DROP")
 
@@ -67,7 +67,7 @@ def test_migrate_builds_the_models_without_drift(engine):
     assert queuecore.migrate(engine) == head_revision(engine)
 
     assert drift(engine, include_object=include_object) == []
-    assert sorted(sa.inspect(engine).get_table_names()) == [VERSION_TABLE, jobs.name]
+    assert sorted(sa.inspect(engine).get_table_names()) == [VERSION_TABLE, jobs.name, workers.name]
     assert versions(engine, VERSION_TABLE) == [head_revision(engine)]
 
     with engine.begin() as conn:  # the comparison does see a difference when there is one

@@ -166,6 +166,7 @@ def test_r18_get_returns_a_snapshot_or_none(queue, clock):
         "visible_at": snap.visible_at,
         "finished_at": None,
         "result": None,
+        "errors": [{"attempt": 1, "at": snap.created_at, "error": "smtp down"}],
     }
     assert (epoch(snap.created_at), epoch(snap.visible_at)) == (clock.now, clock.now + 1)
     clock.advance(1)

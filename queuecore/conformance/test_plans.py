@@ -200,3 +200,41 @@ def test_one_job_claim_keeps_one_plan_on_postgresql(make_queue, db, backend, har
         "SELECT statement, generic_plans FROM pg_prepared_statements"
     ).fetchall()
     assert prepared and all(generic for _, generic in prepared), prepared
+
+
+#: R31's shapes: each state set with no other filter, one kind and queue, two of each.
+LIST_FILTERS = (
+    {},
+    {"kinds": ["k"], "queues": ["q1"]},
+    {"kinds": ["k", "x"], "queues": ["q0", "q2"]},
+)
+
+
+def test_r31_listing_live_jobs_reads_no_finished_row(crowded, db, clock, harness):
+    """Live states are read through the live-rows indexes (R19's rule); a finished state
+    through its own index, with a part for R08's lost leases when dead ones are asked."""
+    live, leases = harness.index_names["live"], harness.index_names["running"]
+    walk = crowded.backend.walk()
+    shapes = {
+        ("queued",): live,
+        ("running",): live,
+        ("queued", "running"): live,
+        ("done",): harness.index_names["done"],
+        ("cancelled",): harness.index_names["cancelled"],
+        ("dead",): harness.index_names["dead"] | leases,
+    }
+    for now, (states, allowed), filters in itertools.product(
+        nows(crowded), shapes.items(), LIST_FILTERS
+    ):
+        stmt = statements.list_jobs(
+            now, states, by_kind="kinds" in filters, by_queue="queues" in filters, walk=walk
+        )
+        params = {"now": clock.now, "after_id": 0, "limit": 100, **filters}
+        with db.connect() as conn:
+            plan = explain(harness, conn, stmt, params)
+        if not {"queued", "running"}.issuperset(states):
+            # Finished rows in id order: the planner may walk the primary key and stop at
+            # `limit` instead of sorting all of that state's rows from its index.
+            allowed = allowed | {PRIMARY_KEY}
+        assert plan.indexes and plan.indexes <= allowed, (states, filters, plan)
+        assert not plan.full_scan, (states, filters, plan)

@@ -72,6 +72,12 @@ def _cursor(text: str | None) -> tuple[float, int] | None:
     return float(at), int(job_id)  # ListFilter checks both
 
 
+def root_of(request: Request) -> str:
+    """Where the dashboard is mounted in the application that serves it ("" at the top):
+    every link and redirect starts with it."""
+    return str(request.scope.get("root_path", "")).rstrip("/")
+
+
 def _local_path(target: str | None, fallback: str) -> str:
     """Where to go back to after an action: a path on this site, never another site."""
     if target and target.startswith("/") and not target.startswith("//") and "\\" not in target:
@@ -103,6 +109,7 @@ class Dashboard:
             flash=request.session.pop("flash", None),
             finished_states=queries.FINISHED_STATES,
             path=request.url.path + (f"?{request.url.query}" if request.url.query else ""),
+            root=root_of(request),
         )
         return self.templates.TemplateResponse(request, name, context, status_code=status)
 
@@ -150,9 +157,8 @@ class Dashboard:
         except ValueError as exc:
             return self.render(request, "problem.html", 400, problem=str(exc))
         page = await run_in_threadpool(self._page, filters)
-        return self.render(
-            request, "jobs.html", filters=filters, page=page, **self._links(filters, page, "/jobs")
-        )
+        links = self._links(filters, page, f"{root_of(request)}/jobs")
+        return self.render(request, "jobs.html", filters=filters, page=page, **links)
 
     def _page(self, filters: queries.ListFilter) -> queries.JobPage:
         with self.queue.engine.connect() as conn:
@@ -196,7 +202,7 @@ class Dashboard:
                     404,
                     problem=f"no job has the dedupe key {dedupe_key!r}",
                 )
-        return RedirectResponse(f"/jobs/{found}", status_code=303)
+        return RedirectResponse(f"{root_of(request)}/jobs/{found}", status_code=303)
 
     async def job_page(self, request: Request) -> Response:
         job_id: int = request.path_params["job_id"]
@@ -232,8 +238,13 @@ class Dashboard:
         except ValueError as exc:
             return self.render(request, "problem.html", 400, problem=str(exc))
         page = await run_in_threadpool(self._page, filters)
-        links = self._links(filters, page, "/dead")
+        links = self._links(filters, page, f"{root_of(request)}/dead")
         return self.render(request, "dead.html", filters=filters, page=page, **links)
+
+    async def workers_page(self, request: Request) -> Response:
+        """R33: every worker seen in the last hour, alive or gone."""
+        seen = await run_in_threadpool(self.queue.workers)
+        return self.render(request, "workers.html", workers=seen)
 
     async def metrics(self, request: Request) -> Response:
         """The queue-level Prometheus gauges (`queuecore.metrics`), when that extra is here."""
@@ -268,7 +279,7 @@ class Dashboard:
                 problem="the form's CSRF token is missing or stale: reload the page and try again",
             )
         target = raw.get("next")
-        back = _local_path(target if isinstance(target, str) else None, "/")
+        back = _local_path(target if isinstance(target, str) else None, f"{root_of(request)}/")
         try:
             fields = action.parse(form)
         except (TypeError, ValueError) as exc:
@@ -337,6 +348,7 @@ def create_app(
         Route("/jobs", dashboard.jobs_page),
         Route("/jobs/{job_id:int}", dashboard.job_page),
         Route("/dead", dashboard.dead_page),
+        Route("/workers", dashboard.workers_page),
         Route("/metrics", dashboard.metrics),
         Route("/actions/{name}", dashboard.act, methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.parse
@@ -15,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.worker.processes import queuecore_process
+from tests.worker.processes import REPO, queuecore_env, queuecore_process, reaped
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -43,26 +44,50 @@ def dashboard(dsn: str, log: Path, *options: str) -> Iterator[str]:
     port = free_port()
     args = ("dashboard", "--dsn", dsn, "--port", str(port), "--log-level", "warning", *options)
     with queuecore_process(*args, log=log) as proc:
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, f"the dashboard ended early:\n{log.read_text()}"
-            assert time.monotonic() < deadline, f"no answer; it said:\n{log.read_text()}"
-            try:
-                urllib.request.urlopen(base + "/static/style.css", timeout=2).close()
-                break
-            except urllib.error.HTTPError:  # it answers (asking for its token, say)
-                break
-            except (urllib.error.URLError, ConnectionError):
-                time.sleep(0.1)
+        yield from _answering(proc, f"http://127.0.0.1:{port}", "/static/style.css", log)
+
+
+@contextmanager
+def mounted(dsn: str, log: Path) -> Iterator[str]:
+    """tests/dashboard/mounted_app.py (the dashboard under `/queue` in a FastAPI app) in
+    uvicorn on a free loopback port; yields the application's base URL once it answers."""
+    port = free_port()
+    command = [sys.executable, "-m", "uvicorn", "tests.dashboard.mounted_app:app"]
+    command += ["--port", str(port), "--log-level", "warning"]
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            command,
+            cwd=REPO,
+            env={**queuecore_env(), "QUEUECORE_DSN": dsn},
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    with reaped(proc):
+        yield from _answering(proc, f"http://127.0.0.1:{port}", "/queue/static/style.css", log)
+
+
+def _answering(proc: subprocess.Popen[bytes], base: str, probe: str, log: Path) -> Iterator[str]:
+    """`base` once `probe` answers there, until the caller is done; then the server ends."""
+    deadline = time.monotonic() + 60
+    while True:
+        assert proc.poll() is None, f"the server ended early:\n{log.read_text()}"
+        assert time.monotonic() < deadline, f"no answer; it said:\n{log.read_text()}"
         try:
-            yield base
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            urllib.request.urlopen(base + probe, timeout=2).close()
+            break
+        except urllib.error.HTTPError:  # it answers (asking for its token, say)
+            break
+        except (urllib.error.URLError, ConnectionError):
+            time.sleep(0.1)
+    try:
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def post(url: str, fields: dict[str, str], headers: dict[str, str] | None = None) -> int:

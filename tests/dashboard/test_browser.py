@@ -22,7 +22,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from queuecore.schema import jobs
-from tests.dashboard.browser import dashboard, post, start_chromium
+from tests.dashboard.browser import dashboard, mounted, post, start_chromium
 
 # One chromium for the module: its tests run on one process of a parallel run.
 pytestmark = pytest.mark.xdist_group("chromium")
@@ -297,3 +297,57 @@ def test_read_only_hides_and_refuses_actions(browser, dsn, db, known_jobs, tmp_p
         assert post(base + "/actions/purge", {"states": "done", "older_than": "0"}) == 403
     assert [state_of(db, i)[0] for i in known_jobs["dead"]] == ["dead", "dead"]
     assert [state_of(db, i)[0] for i in known_jobs["done"]] == ["done", "done"]
+
+
+def test_mounted_under_a_prefix_with_workers_and_attempt_history(
+    browser, dsn, db, known_jobs, tmp_path, shots
+):
+    """The dashboard in a FastAPI application under `/queue` (`create_app`): every link,
+    form and redirect stays under the prefix, CSRF still guards actions, and the new
+    pages (Workers, a job's failed attempts) escape what they show."""
+    queue = known_jobs["queue"]
+    record = {"host": "web-1", "pid": 42, "queues": ["mail"], "kinds": ["email"]}
+    queue.report_worker(
+        "mail-1", {**record, "concurrency": 4, "heartbeat_seconds": 600, "running": 0}
+    )
+    dead = known_jobs["dead"][0]
+    [hostile] = queue.claim("browser-test", queues=["reports"])
+    queue.fail(hostile, HOSTILE)
+    with mounted(dsn, tmp_path / "app.log") as base:
+        browser.get(base + "/queue/")
+        assert cells(browser, "mail")["queued"] == "4"
+        links = [a.get_attribute("href") for a in browser.find_elements(By.TAG_NAME, "a")]
+        assert links and all(link.startswith(f"{base}/queue/") for link in links), links
+
+        browser.get(base + "/queue/workers")
+        row = browser.find_element(By.CSS_SELECTOR, 'tr[data-worker="mail-1"]')
+        assert [cell.text for cell in row.find_elements(By.TAG_NAME, "td")][:7] == [
+            "mail-1",
+            "alive",
+            "web-1",
+            "42",
+            "mail",
+            "email",
+            "0 / 4",
+        ]
+        browser.save_screenshot(str(shots / "workers.png"))
+
+        browser.get(f"{base}/queue/jobs/{dead}")
+        [attempt] = browser.find_elements(By.CSS_SELECTOR, "#attempts tbody tr")
+        assert attempt.get_attribute("data-attempt") == "1"
+        assert "ValueError: no such mailbox" in attempt.text
+        browser.save_screenshot(str(shots / "job-history.png"))
+        browser.get(f"{base}/queue/jobs/{hostile.id}")
+        history = browser.find_element(By.ID, "attempts")
+        assert HOSTILE in history.text and not history.find_elements(By.CSS_SELECTOR, "script, img")
+        assert browser.execute_script("return window.__queuecore_pwned") is None
+
+        cancelled = known_jobs["ready"][0]
+        browser.get(f"{base}/queue/jobs/{cancelled}")
+        click(browser, "action-cancel")
+        confirm(browser, rf"Cancel job {cancelled}\?")
+        assert browser.current_url == f"{base}/queue/jobs/{cancelled}"
+        assert browser.find_element(By.ID, "flash").text == f"job {cancelled} is cancelled"
+        assert post(base + "/queue/actions/requeue", {"all": "1", "confirmed": "1"}) == 403
+    assert state_of(db, cancelled)[0] == "cancelled"
+    assert state_of(db, dead)[0] == "dead"

@@ -21,6 +21,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
+import queuecore
 from queuecore.schema import jobs
 from tests.worker.processes import REPO, queuecore_env, queuecore_process, wait_until
 
@@ -265,3 +266,30 @@ def test_the_web_api_example_end_to_end(server: str, dsn: str, tmp_path: Path) -
 
     if os.environ.get("QUEUECORE_EXAMPLE_TRANSCRIPT"):
         seen.save(os.environ["QUEUECORE_EXAMPLE_TRANSCRIPT"])
+
+
+def test_the_operator_lists_jobs_page_by_page(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`GET /jobs` (R31, R32): filters, each failed attempt, and a link to the next page."""
+    from fastapi.testclient import TestClient
+
+    from examples.webapi.app import app
+
+    monkeypatch.setenv("QUEUECORE_DSN", dsn)
+    with queuecore.connect(dsn) as queue:
+        first = queue.enqueue("flaky", {}, queue="a").id
+        second, third = queue.enqueue_many("flaky", [{}, {}], queue="b")
+        for _ in range(2):
+            [job] = queue.claim("w", queues=["a"])
+            queue.fail(job, f"broke on attempt {job.attempts}\ntraceback ...", retry_in=0)
+    with TestClient(app) as client:
+        page = client.get("/jobs", params={"state": ["queued"], "kind": "flaky", "limit": 2})
+        assert page.status_code == 200
+        listed = page.json()
+        assert [j["id"] for j in listed["jobs"]] == [first, second]
+        assert [e["error"] for e in listed["jobs"][0]["errors"]] == [
+            "broke on attempt 1",
+            "broke on attempt 2",
+        ]
+        rest = client.get(listed["next"]).json()
+        assert [j["id"] for j in rest["jobs"]] == [third] and rest["next"] is None
+        assert client.get("/jobs", params={"state": "finished"}).status_code == 422

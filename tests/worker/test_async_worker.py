@@ -390,3 +390,13 @@ def test_a_registrys_periodic_schedules_enqueue_through_the_loop(opener):
 
     alongside(opener, jobs, body)
     assert ran[0] == "every second"
+
+
+def test_r33_an_async_worker_appears_in_workers_and_disappears_at_its_stop(queue, opener):
+    async def body(worker: AsyncWorker) -> None:
+        await until(lambda: [w.name for w in queue.workers()] == ["aw-r33"], "it registered")
+        [me] = await asyncio.to_thread(queue.workers)
+        assert (me.queues, me.kinds, me.concurrency) == (None, ["k"], 3)
+
+    alongside(opener, {"k": lambda job: None}, body, name="aw-r33", concurrency=3)
+    assert queue.workers() == []

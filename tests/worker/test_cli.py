@@ -53,12 +53,15 @@ def test_migrate_exits_0(capsys, empty_dsn):
     assert "revision" in capsys.readouterr().out
 
 
-def test_stats_json_counts_per_queue_and_overall(capsys, queue, dsn):
+def test_stats_json_counts_per_queue_and_overall(capsys, make_queue, dsn):
+    queue = make_queue(clock=None)  # the command's clock: "the last hour" is the same hour
     queue.enqueue("a", {}, queue="mail")
     queue.enqueue("a", {}, queue="mail")
     queue.enqueue("b", {}, queue="reports")
     [job] = queue.claim("w", queues=["reports"])
     queue.fail(job, "gave up", permanent=True)
+    queue.enqueue("c", {}, queue="archive")
+    queue.complete(queue.claim("w", queues=["archive"])[0])
 
     assert main(["stats", "--dsn", dsn, "--json"]) == 0
     stats = json.loads(capsys.readouterr().out)
@@ -68,11 +71,17 @@ def test_stats_json_counts_per_queue_and_overall(capsys, queue, dsn):
 
     assert stats["kinds"]["a"]["ready_now"] == 2  # W2: ready jobs per kind
     assert "b" not in stats["kinds"]  # dead: no longer live
+    assert (stats["done_last_hour"], stats["dead_last_hour"]) == (1, 1)
+    assert stats["queues"]["reports"]["dead_last_hour"] == 1
+    # A queue whose only job finished within the hour is listed all the same.
+    assert stats["queues"]["archive"] == {**stats["queues"]["archive"], "queued": 0}
+    assert stats["queues"]["archive"]["done_last_hour"] == 1
 
     assert main(["stats", "--dsn", dsn]) == 0
     table = capsys.readouterr().out
     assert table.splitlines()[0].split()[:3] == ["queue", "queued", "running"]
-    assert "(all)" in table
+    assert "done (1 h)" in table.splitlines()[0]
+    assert "(all)" in table and "archive" in table
     [kinds_header, _, a_row] = table.split("\n\n")[1].splitlines()[:3]
     assert kinds_header.split()[:4] == ["kind", "queued", "running", "ready"]
     assert a_row.split()[:4] == ["a", "2", "0", "2"]

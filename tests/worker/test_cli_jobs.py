@@ -3,6 +3,8 @@ exit codes (0 done, 2 usage, 1 failure) with a message that says what happened."
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from queuecore.cli import main
@@ -116,3 +118,43 @@ def test_enqueue_through_the_entry_point(queue, dsn):
     done = run_queuecore("enqueue", "quick", "--dsn", dsn, "--payload", '{"n": 1}')
     assert done.returncode == 0, done.stderr
     assert queue.get(int(done.stdout)).payload == {"n": 1}
+
+
+def test_jobs_lists_by_state_kind_and_queue_in_pages(capsys, queue, dsn):
+    """R31 on the command line: filters as comma lists, a cursor, JSON for machines."""
+    first, second, third = queue.enqueue_many("email", [{}, {}, {}], queue="mail")
+    queue.enqueue("report", {})
+    queue.fail(queue.claim("w", queues=["mail"])[0], "smtp down", permanent=True)
+    args = ["jobs", "--dsn", dsn, "--kind", "email", "--queue", "mail,other"]
+    assert main([*args, "--state", "queued,dead", "--limit", "2", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [(j["id"], j["state"], j["last_error"]) for j in listed] == [
+        (first, "dead", "smtp down"),
+        (second, "queued", None),
+    ]
+    assert main([*args, "--after", str(second)]) == 0
+    out = capsys.readouterr().out
+    assert str(third) in out and "queued" in out and "report" not in out
+    assert main(["jobs", "--dsn", dsn, "--state", "finished"]) == 2
+    assert "state must be one of" in capsys.readouterr().err
+
+
+def test_workers_lists_the_workers_seen(capsys, make_queue, dsn):
+    """R33 on the command line, with a record written on the command's own clock."""
+    assert main(["workers", "--dsn", dsn]) == 0
+    assert "no worker seen" in capsys.readouterr().out
+    record = {"host": "h", "pid": 7, "queues": None, "kinds": ["k"], "concurrency": 2}
+    make_queue(clock=None).report_worker("w-1", {**record, "heartbeat_seconds": 60, "running": 1})
+    assert main(["workers", "--dsn", dsn, "--json"]) == 0
+    [listed] = json.loads(capsys.readouterr().out)
+    assert {k: listed[k] for k in ("name", "host", "pid", "queues", "kinds", "running")} == {
+        "name": "w-1",
+        "host": "h",
+        "pid": 7,
+        "queues": None,
+        "kinds": ["k"],
+        "running": 1,
+    }
+    assert main(["workers", "--dsn", dsn]) == 0
+    out = capsys.readouterr().out
+    assert "w-1" in out and "alive" in out and "h:7" in out and "1/2" in out

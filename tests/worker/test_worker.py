@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -303,3 +305,17 @@ def test_registry_refuses_a_kind_twice():
     with pytest.raises(ValueError, match="already has a handler"):
         handlers.add("a", lambda job: None)
     assert list(handlers) == ["a"]
+
+
+def test_r33_a_worker_appears_in_workers_while_it_runs_and_disappears_at_its_stop(queue):
+    """Its record says where it runs and what it serves; a clean stop removes it."""
+    worker = Worker(queue, {"k": lambda job: None}, name="w-r33", queues=["mail"], concurrency=2)
+    background = Background(worker)
+    try:
+        wait_until(lambda: [w.name for w in queue.workers()] == ["w-r33"], "it registered")
+        [me] = queue.workers()
+        assert (me.queues, me.kinds, me.concurrency, me.gone) == (["mail"], ["k"], 2, False)
+        assert (me.pid, me.host) == (os.getpid(), socket.gethostname())
+    finally:
+        background.stop()
+    assert queue.workers() == []
