@@ -13,7 +13,7 @@ from queuecore.migrate import current_revision, head_revision
 from tests.upgrades.app import alembic, autogenerate, make_app
 
 
-def test_autogenerate_writes_the_apps_table_and_nothing_of_queuecores(
+def test_r36_autogenerate_writes_the_apps_table_and_nothing_of_queuecores(
     tmp_path: Path, empty_dsn: str
 ) -> None:
     queuecore.migrate(empty_dsn)

@@ -13,7 +13,7 @@ from queuecore.migrate import VERSION_TABLE, current_revision, head_revision
 from tests.upgrades.revisions import one_revision_behind
 
 
-def test_migrate_check_exits_1_one_revision_behind_and_0_at_head(
+def test_r36_migrate_check_exits_1_one_revision_behind_and_0_at_head(
     harness: Harness, empty_dsn: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     engine = harness.engine(empty_dsn)

@@ -125,7 +125,7 @@ def wait_done(engine: sa.Engine, ids: list[int], worker: subprocess.Popen[str], 
         time.sleep(0.05)
 
 
-def test_the_previous_release_keeps_working_while_today_migrates_under_it(
+def test_r36_the_previous_release_keeps_working_while_today_migrates_under_it(
     harness: Harness, empty_dsn: str, release: Release, tmp_path: Path
 ) -> None:
     (tmp_path / "rolling_jobs.py").write_text(JOBS)
