@@ -49,8 +49,15 @@ class Target:
     @property
     def libpq_dsn(self) -> str:
         """The URL as the bare drivers take it (no SQLAlchemy driver suffix). Plain string
-        work: a floor's worker must not import SQLAlchemy, or its RSS would show it."""
-        return "postgresql://" + self.location.split("://", 1)[1]
+        work: a floor's worker must not import SQLAlchemy, or its RSS would show it.
+        queuecore's own `prepare_threshold` (R34, behind a pooler) is not libpq's: it is
+        left out, and a bare driver prepares nothing unless asked."""
+        rest = self.location.split("://", 1)[1]
+        base, _, query = rest.partition("?")
+        kept = [
+            part for part in query.split("&") if part and not part.startswith("prepare_threshold=")
+        ]
+        return "postgresql://" + base + ("?" + "&".join(kept) if kept else "")
 
 
 #: (ids of the jobs this worker ran, start, end) with start taken as the barrier opens.

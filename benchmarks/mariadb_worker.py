@@ -43,8 +43,9 @@ IMPLEMENTATIONS = (WORKER, LOOP)
 
 
 @contextmanager
-def scratch(server: str) -> Iterator[str]:
-    """A database of its own on `server`, migrated and dropped afterwards."""
+def scratch(server: str, *, force_drop: bool = False) -> Iterator[str]:
+    """A database of its own on `server`, migrated and dropped afterwards; `force_drop`
+    (PostgreSQL) ends the sessions a pooler still holds on it first."""
     admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
     name = admin.dialect.identifier_preparer.quote(f"qc_bench_{uuid.uuid4().hex[:10]}")
     with admin.connect() as conn:
@@ -56,7 +57,8 @@ def scratch(server: str) -> Iterator[str]:
         yield dsn
     finally:
         with admin.connect() as conn:
-            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name}")
+            force = " WITH (FORCE)" if force_drop else ""
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name}{force}")
         admin.dispose()
 
 

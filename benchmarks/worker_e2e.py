@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -132,7 +132,8 @@ class Reader:
         elif target.backend == "postgresql":
             import psycopg
 
-            pg = psycopg.connect(target.libpq_dsn, autocommit=True)
+            # Nothing prepared: the target may be a transaction-mode pooler (R34).
+            pg = psycopg.connect(target.libpq_dsn, autocommit=True, prepare_threshold=None)
             self.one = lambda sql: tuple(pg.execute(sql).fetchone() or ())
             self.close = pg.close
         else:
@@ -149,9 +150,17 @@ class Reader:
             self.close = close
 
 
-def measure(implementation: str, target: Target, processes: int, jobs: int, folder: Path) -> Run:
+def measure(
+    implementation: str,
+    target: Target,
+    processes: int,
+    jobs: int,
+    folder: Path,
+    options: Sequence[str] = (),
+) -> Run:
     """Start `processes` processes, open the gate once all have started, time the drain,
-    then stop them as an operator would and check every job ran once."""
+    then stop them as an operator would and check every job ran once. `options` follow
+    the command (a benchmark about one of them; the others measure the defaults)."""
     gate_path = folder / f"gate-{uuid.uuid4().hex[:8]}"
     env = {
         **os.environ,
@@ -164,7 +173,7 @@ def measure(implementation: str, target: Target, processes: int, jobs: int, fold
     with log_path.open("wb") as log:
         children = [
             subprocess.Popen(
-                command(implementation, target),
+                [*command(implementation, target), *options],
                 env=env,
                 cwd=folder,
                 stdout=log,
@@ -366,3 +375,14 @@ def targets(rows: list[Row], checks: list[Check]) -> None:
 
 def _fmt(value: float | None, spec: str = ",.0f") -> str:
     return "—" if value is None else format(value, spec)
+
+
+def keep(
+    rates: dict[Any, list[float]], key: Any, run: Run, label: str, repeat: int, repeats: int
+) -> None:
+    """One round's drain into `rates[key]`, said as it ends; a job run twice ends the
+    benchmark, since its rate would count work that was not the job's."""
+    if not run.exactly_once:
+        raise SystemExit(f"{label}: a job ran twice")
+    rates.setdefault(key, []).append(run.jobs_per_s)
+    print(f"[{repeat + 1}/{repeats}] {label}: {run.jobs_per_s:,.0f} jobs/s", flush=True)
