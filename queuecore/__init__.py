@@ -5,7 +5,7 @@ from importlib.metadata import version as _version
 
 from queuecore.async_handling import AsyncLease
 from queuecore.async_worker import AsyncWorker
-from queuecore.connect import connect, connect_async
+from queuecore.connect import connect, connect_async, sqlite_engine
 from queuecore.copying import CopyReport, copy
 from queuecore.errors import (
     ConnectionLostError,
@@ -83,4 +83,5 @@ __all__ = [
     "copy",
     "current_lease",
     "migrate",
+    "sqlite_engine",
 ]
