@@ -80,6 +80,13 @@ class Parser(argparse.ArgumentParser):
         return super().parse_args(self.argv, namespace)
 
     def error(self, message: str) -> Any:
+        choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if choice:  # a mistyped command: `queuecore stat`
+            close = difflib.get_close_matches(
+                choice.group(1), re.findall(r"'([^']*)'", choice.group(2)), n=1
+            )
+            if close:
+                message = f"{message}: did you mean {close[0]!r}?"
         if not message.startswith("unrecognized arguments:"):
             super().error(message)
         leaf = self._command_of(self.argv)

@@ -45,6 +45,8 @@ def test_a_mistyped_option_gets_a_did_you_mean_from_its_command(capsys):
     assert err.startswith("usage: queuecore worker")  # the command's usage, not the top's
     assert main(["dead", "list", "--limt", "3"]) == 2
     assert "did you mean --limit?" in capsys.readouterr().err
+    assert main(["stat"]) == 2  # a mistyped command too
+    assert "did you mean 'stats'?" in capsys.readouterr().err
     assert main(["stats", "--xyzzy"]) == 2  # nothing close: no guess
     err = capsys.readouterr().err
     assert "unrecognized arguments: --xyzzy" in err and "did you mean" not in err
