@@ -168,6 +168,21 @@ class _Patience:
             pause = min(pause * 2, 0.05)
 
 
+def application_engine(
+    url: str | URL, *, sqlite_driver: str | None = None, **options: Any
+) -> Engine:
+    """A plain SQLAlchemy engine for the application, on the SQLite library a queue opened
+    on the same DSN would use (`pick_driver`): the application's own transactions can then
+    enqueue (`enqueue(conn=...)`), which a connection on another library is refused."""
+    url = make_url(url)
+    if url.get_backend_name() != "sqlite":
+        raise ValueError(f"sqlite_engine() is for SQLite URLs (sqlite:///...), got {url!r}")
+    driver, dbapi, chosen = pick_driver(sqlite_driver)
+    if not chosen:
+        _warn_if_unfixed(driver, dbapi, callers_engine=False)
+    return sa.create_engine(url, module=dbapi, **options)
+
+
 class SQLiteBackend(Backend):
     """SQLite's statements and its hot path's driver I/O, for the sync and the async queue.
     The hot path's connection runs its single statements in autocommit (which takes the
@@ -192,8 +207,9 @@ class SQLiteBackend(Backend):
             raise ValueError(
                 f"this connection runs SQLite through {theirs.__name__}, the queue through "
                 f"{ours.__name__}: two SQLite libraries on one file in one process can corrupt "
-                "it. Use the queue's engine (queue.engine.begin()), or open the queue on "
-                "yours: queuecore.connect(engine)"
+                "it. Make your engine with queuecore.sqlite_engine(url) instead of "
+                "create_engine(url), use the queue's (queue.engine.begin()), or open the "
+                "queue on yours: queuecore.connect(engine)"
             )
 
     def failure(self, error: Exception) -> type[QueuecoreError] | None:

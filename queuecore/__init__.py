@@ -1,8 +1,11 @@
-"""queuecore: a durable job queue on SQLAlchemy, on SQLite or PostgreSQL."""
+"""queuecore: a durable job queue on SQLAlchemy, on SQLite, PostgreSQL or MariaDB."""
+
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
 
 from queuecore.async_handling import AsyncLease
 from queuecore.async_worker import AsyncWorker
-from queuecore.connect import connect, connect_async
+from queuecore.connect import connect, connect_async, sqlite_engine
 from queuecore.copying import CopyReport, copy
 from queuecore.errors import (
     ConnectionLostError,
@@ -29,6 +32,12 @@ from queuecore.protocol import AsyncEffect, AsyncQueue, Effect, Listener, Queue
 from queuecore.registry import Registry
 from queuecore.supervisor import HandlerProcesses
 from queuecore.worker import Worker
+
+try:
+    #: The installed release, as the package metadata says (`queuecore --version`).
+    __version__: str = _version("queuecore")
+except PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "AsyncEffect",
@@ -68,9 +77,11 @@ __all__ = [
     "UnknownBackendError",
     "Worker",
     "WorkerInfo",
+    "__version__",
     "connect",
     "connect_async",
     "copy",
     "current_lease",
     "migrate",
+    "sqlite_engine",
 ]

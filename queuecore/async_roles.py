@@ -22,6 +22,7 @@ from queuecore.job import Job
 from queuecore.leases import heard, refusal
 from queuecore.observer import WorkerObserver, why_refused_async
 from queuecore.reconnect import connection_lost
+from queuecore.unserved import UnservedNotice
 from queuecore.worklog import describe, label, log
 
 if TYPE_CHECKING:
@@ -129,6 +130,7 @@ class AsyncClaimer:
         self.exit_when_idle = exit_when_idle
         self.listening = listening
         self.observer = observer
+        self.unserved = UnservedNotice(queues, kinds)
 
     async def run(self) -> None:
         holdings = self.holdings
@@ -159,7 +161,9 @@ class AsyncClaimer:
             if jobs:
                 await holdings.hand_out(jobs)
                 pause, idle_since = FIRST_IDLE_PAUSE, None
+                self.unserved.busy()
                 continue
+            await self.unserved.check_async(self.queue.stats)
             # A NOTIFY sets `wake` when a job comes: while one can, wait the whole interval.
             wait = self.poll_interval if self.listening() else pause
             if holdings.busy():

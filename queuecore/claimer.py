@@ -22,6 +22,7 @@ from queuecore.holdings import Holdings
 from queuecore.observer import WorkerObserver
 from queuecore.protocol import Queue
 from queuecore.reconnect import connection_lost
+from queuecore.unserved import UnservedNotice
 from queuecore.worklog import describe, log
 
 FIRST_IDLE_PAUSE = 0.05
@@ -74,6 +75,7 @@ class Claimer:
         self.exit_when_idle = exit_when_idle
         self.listening = listening
         self.observer = observer
+        self.unserved = UnservedNotice(queues, kinds)
 
     def run(self) -> None:
         """Claim until stopped, or until no job was ready for `exit_when_idle` seconds."""
@@ -103,7 +105,9 @@ class Claimer:
             if jobs:
                 holdings.hand_out(jobs)
                 pause, idle_since = FIRST_IDLE_PAUSE, None
+                self.unserved.busy()
                 continue
+            self.unserved.check(self.queue.stats)
             wait = self.poll_interval if self.listening() else pause
             if holdings.busy():
                 idle_since = None  # handlers still running: not idle

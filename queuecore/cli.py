@@ -7,6 +7,7 @@ other failure. Every failure prints one line on stderr that says what to do.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import logging
 import re
@@ -18,6 +19,7 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
+import queuecore
 from queuecore import dsn_option, supervisor, validate
 from queuecore.connect import connect
 from queuecore.dsn import scrubbed, secrets_of
@@ -36,6 +38,79 @@ KIND_STATS_COLUMNS = ("queued", "running", "ready_now", "oldest_ready_age_s")
 
 class UsageError(Exception):
     """The command line is wrong; exit 2."""
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Every option's default at the end of its help, unless the help says it already;
+    never the value of an option that may hold a secret (a DSN, a token) from the
+    environment."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (
+            not action.option_strings
+            or "default" in text.lower()
+            or default is None
+            or default is False
+            or default == argparse.SUPPRESS
+            or action.dest in SECRET_DESTS
+        ):
+            return text
+        shown = ",".join(map(str, default)) if isinstance(default, list) else f"{default:}"
+        return f"{text} (default: {shown.replace('%', '%%')})"
+
+
+#: Options whose default may come from the environment and hold a secret.
+SECRET_DESTS = frozenset({"dsn", "source", "target", "token"})
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with "did you mean" for a mistyped option, said by the command it was
+    given to (argparse reports unknown options from the top-level parser, whose usage
+    line is no help)."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        kw.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kw)
+        self.argv: list[str] = []
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        self.argv = list(sys.argv[1:] if args is None else args)
+        return super().parse_args(self.argv, namespace)
+
+    def error(self, message: str) -> Any:
+        choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if choice:  # a mistyped command: `queuecore stat`
+            close = difflib.get_close_matches(
+                choice.group(1), re.findall(r"'([^']*)'", choice.group(2)), n=1
+            )
+            if close:
+                message = f"{message}: did you mean {close[0]!r}?"
+        if not message.startswith("unrecognized arguments:"):
+            super().error(message)
+        leaf = self._command_of(self.argv)
+        unknown = message.partition(":")[2].split()
+        options = [o for a in leaf._actions for o in a.option_strings if o.startswith("--")]
+        hints = []
+        for word in unknown:
+            name = word.split("=", 1)[0]
+            if name.startswith("-"):
+                close = difflib.get_close_matches(name, options, n=1, cutoff=0.6)
+                if close:
+                    hints.append(f"{name}: did you mean {close[0]}?")
+        said = f"{message}" + (f" ({'; '.join(hints)})" if hints else "")
+        leaf.print_usage(sys.stderr)
+        leaf.exit(2, f"{leaf.prog}: error: {said}\n")
+
+    def _command_of(self, argv: Sequence[str]) -> argparse.ArgumentParser:
+        """The (sub)command parser the words of `argv` name, this one if none."""
+        parser: argparse.ArgumentParser = self
+        for word in argv:
+            subparsers = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+            if subparsers and word in subparsers[0].choices:
+                parser = subparsers[0].choices[word]
+        return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -85,11 +160,12 @@ def _options(parser: argparse.ArgumentParser) -> dict[str, str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="queuecore", description=__doc__.splitlines()[0])
+    parser = Parser(prog="queuecore", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"queuecore {queuecore.__version__}")
     commands = parser.add_subparsers(dest="subcommand", required=True, metavar="COMMAND")
 
     def command(name: str, run: Callable[[argparse.Namespace], int], **kw: Any) -> Any:
-        sub = commands.add_parser(name, **kw)
+        sub = commands.add_parser(name, formatter_class=HelpFormatter, **kw)
         sub.set_defaults(command=run)
         return sub
 
@@ -109,39 +185,69 @@ def build_parser() -> argparse.ArgumentParser:
         "--concurrency",
         type=int,
         default=1,
-        help="jobs at once (default 1); with async def handlers, tasks of one event loop",
+        help="jobs at once; with async def handlers, tasks of one event loop",
     )
     worker.add_argument(
         "--prefetch", type=int, help="jobs claimed ahead (default: about 50 ms of work, <= 32)"
     )
-    worker.add_argument("--lease-seconds", type=float, default=30.0, help="default 30")
-    worker.add_argument("--backoff-base", type=float, default=1.0, help="default 1")
-    worker.add_argument("--backoff-cap", type=float, default=60.0, help="default 60")
-    worker.add_argument("--poll-interval", type=float, default=1.0, help="idle poll, default 1")
-    worker.add_argument("--grace-seconds", type=float, default=30.0, help="default 30")
     worker.add_argument(
-        "--exit-when-idle", type=float, metavar="S", help="exit once no job was ready for S s"
+        "--lease-seconds",
+        type=float,
+        default=30.0,
+        help="how long a claimed job is this worker's before another may take it; "
+        "renewed by heartbeats while its handler runs",
     )
     worker.add_argument(
-        "--ack-batch", type=int, default=100, metavar="N", help="completions per commit (100)"
+        "--backoff-base", type=float, default=1.0, help="seconds before the first retry"
+    )
+    worker.add_argument(
+        "--backoff-cap", type=float, default=60.0, help="the longest wait between retries, s"
+    )
+    worker.add_argument(
+        "--poll-interval",
+        type=float,
+        default=1.0,
+        help="seconds between claims while no job is ready",
+    )
+    worker.add_argument(
+        "--grace-seconds",
+        type=float,
+        default=30.0,
+        help="on SIGTERM, how long running handlers get to finish",
+    )
+    worker.add_argument(
+        "--exit-when-idle",
+        type=float,
+        metavar="S",
+        help="exit once no job was ready for S s (default: never)",
+    )
+    worker.add_argument(
+        "--ack-batch", type=int, default=100, metavar="N", help="completions per commit"
     )
     worker.add_argument(
         "--ack-ms",
         type=float,
         default=50.0,
         metavar="T",
-        help="longest wait of a completion for its batch, ms (50); 0 or --ack-batch 1: none",
+        help="longest wait of a completion for its batch, ms; 0 or --ack-batch 1: none",
     )
     worker.add_argument("--name", help="worker name in the jobs table (default host-pid)")
     worker.add_argument(
         "--metrics-port", type=int, metavar="P", help="serve Prometheus /metrics (default: off)"
     )
-    worker.add_argument("--metrics-host", default="127.0.0.1", help="for --metrics-port")
-    worker.add_argument("--log-level", default="INFO", type=str.upper)
+    worker.add_argument(
+        "--metrics-host", default="127.0.0.1", help="address --metrics-port listens on"
+    )
+    worker.add_argument(
+        "--log-level",
+        default="INFO",
+        type=str.upper,
+        help="DEBUG, INFO, WARNING or ERROR",
+    )
 
     schedules = command("schedules", _schedules, help="a registry's periodic jobs and next runs")
     schedules.add_argument("registry", metavar="MODULE:REGISTRY", help="a queuecore.Registry")
-    dsn_option.add(
+    dsn_option.add_common(
         schedules, help="read the time from this queue's clock (default: this host's clock)"
     )
 
@@ -149,25 +255,37 @@ def build_parser() -> argparse.ArgumentParser:
     _dsn(stats)
     stats.add_argument("--json", action="store_true", help="print JSON for machines")
 
-    dead = commands.add_parser("dead", help="the jobs that ran out of attempts")
+    dead = commands.add_parser(
+        "dead", formatter_class=HelpFormatter, help="the jobs that ran out of attempts"
+    )
     dead_commands = dead.add_subparsers(dest="dead_command", required=True, metavar="ACTION")
-    listing = dead_commands.add_parser("list", help="the newest dead jobs")
+    listing = dead_commands.add_parser(
+        "list", formatter_class=HelpFormatter, help="the newest dead jobs"
+    )
     listing.set_defaults(command=_dead_list)
     _dsn(listing)
-    listing.add_argument("--queue")
-    listing.add_argument("--limit", type=int, default=50)
-    listing.add_argument("--json", action="store_true")
-    requeue = dead_commands.add_parser("requeue", help="give dead jobs another set of attempts")
+    listing.add_argument("--queue", help="only this queue's (default: every queue's)")
+    listing.add_argument("--limit", type=int, default=50, help="at most this many")
+    listing.add_argument("--json", action="store_true", help="print JSON for machines")
+    requeue = dead_commands.add_parser(
+        "requeue", formatter_class=HelpFormatter, help="give dead jobs another set of attempts"
+    )
     requeue.set_defaults(command=_dead_requeue)
     _dsn(requeue)
-    requeue.add_argument("ids", nargs="*", type=int, metavar="ID")
+    requeue.add_argument("ids", nargs="*", type=int, metavar="ID", help="the dead jobs' ids")
     requeue.add_argument("--all", action="store_true", help="every dead job")
 
     purge = command("purge", _purge, help="delete finished jobs older than S seconds")
     _dsn(purge)
-    purge.add_argument("--older-than", type=float, required=True, metavar="S")
     purge.add_argument(
-        "--states", type=_names, default=["done"], help="done,dead,cancelled (default done)"
+        "--older-than",
+        type=float,
+        required=True,
+        metavar="S",
+        help="delete jobs finished more than S seconds ago (required: no default)",
+    )
+    purge.add_argument(
+        "--states", type=_names, default=["done"], help="which of done,dead,cancelled"
     )
 
     from queuecore import copy_command, demo  # their options live with them
@@ -193,13 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _dsn(parser: argparse.ArgumentParser) -> None:
-    dsn_option.add(parser)
-    parser.add_argument(
-        "--sqlite-driver",
-        metavar="MODULE",
-        help="SQLite only (ignored elsewhere): the DB-API module, sqlite3 or pysqlite3 "
-        "(default: pysqlite3 when installed with a fixed SQLite)",
-    )
+    dsn_option.add_common(parser)
 
 
 def _names(text: str) -> list[str]:
@@ -222,7 +334,7 @@ def _open(args: argparse.Namespace, **options: Any) -> Any:
 
 def _driver(args: argparse.Namespace) -> dict[str, str]:
     """--sqlite-driver, for every command whatever the DSN: other backends ignore it."""
-    return {"sqlite_driver": args.sqlite_driver} if args.sqlite_driver else {}
+    return dsn_option.driver(args)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -313,7 +425,7 @@ def _schedules(args: argparse.Namespace) -> int:
         print(f"{args.registry} has no periodic jobs")
         return 0
     if args.dsn:
-        with connect(args.dsn) as queue:
+        with connect(args.dsn, **_driver(args)) as queue:
             now = queue.now()
     else:
         now = time.time()

@@ -16,7 +16,14 @@ from queuecore.protocol import AsyncQueue, BackendClass, Queue
 
 ENTRY_POINT_GROUP = "queuecore.backends"
 
-__all__ = ["ENTRY_POINT_GROUP", "backend_for", "connect", "connect_async", "to_url"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "backend_for",
+    "connect",
+    "connect_async",
+    "sqlite_engine",
+    "to_url",
+]
 
 
 def backend_for(url: URL) -> BackendClass:
@@ -54,6 +61,39 @@ def connect(bind: str | URL | Engine, **options: Any) -> Queue:
     backend = backend_for(url)
     accepted = option_set.sort(backend, installed_backends(), bind, options)
     return backend(bind if isinstance(bind, Engine) else url, **accepted)
+
+
+def sqlite_engine(url: str | URL, *, sqlite_driver: str | None = None, **options: Any) -> Engine:
+    """An SQLAlchemy engine for your application's own SQLite database, built on the same
+    SQLite library the queue uses, so that your transactions can enqueue jobs.
+
+    Use it where you would call `sqlalchemy.create_engine("sqlite:///app.db")`::
+
+        engine = queuecore.sqlite_engine("sqlite:///app.db")
+        queue = queuecore.connect(engine)
+        with engine.begin() as conn:
+            conn.execute(...)  # your rows
+            queue.enqueue("send_receipt", {"order": 42}, conn=conn)  # committed with them
+
+    queuecore prefers the SQLite of the `pysqlite3` wheel, when it is installed, to the
+    one Python was built with (the wheel's has a fix the queue needs). Two SQLite
+    libraries must never open one file in one process, so an engine from plain
+    `create_engine` is refused by `enqueue(conn=...)` then; this one is not.
+
+    Args:
+        url: an SQLite URL, such as `sqlite:///app.db`.
+        sqlite_driver: the DB-API module to use, `sqlite3` or `pysqlite3` (default: the
+            queue's own choice, as `connect()` makes it).
+        **options: passed on to `sqlalchemy.create_engine` (echo, pool options, ...).
+
+    Raises:
+        ValueError: the URL is not an SQLite one.
+        ModuleNotFoundError: the named `sqlite_driver` is not installed.
+    """
+    from queuecore.backends.sqlite import application_engine
+
+    engine: Engine = application_engine(url, sqlite_driver=sqlite_driver, **options)
+    return engine
 
 
 def connect_async(bind: str | URL, **options: Any) -> Opening:

@@ -13,12 +13,24 @@ from queuecore import copying, dsn_option
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     dsn_option.add(
-        parser, "--from", dest="source", help="copy from", environment=False, required=True
+        parser,
+        "--from",
+        dest="source",
+        help="copy from this DSN (required, no default)",
+        environment=False,
+        required=True,
     )
     dsn_option.add(
-        parser, "--to", dest="target", help="copy into", environment=False, required=True
+        parser,
+        "--to",
+        dest="target",
+        help="copy into this DSN (required, no default)",
+        environment=False,
+        required=True,
     )
-    parser.add_argument("--batch", type=int, default=1000, metavar="N", help="rows per commit")
+    parser.add_argument(
+        "--batch", type=int, default=1000, metavar="N", help="rows per commit (default 1000)"
+    )
     parser.add_argument(
         "--live-leases",
         choices=("refuse", "keep"),
@@ -34,15 +46,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="ids left to the source for the jobs it takes until the next copy: the "
         f"target's next id goes N past the source's last (default {copying.RESERVE_IDS:,})",
     )
-    parser.add_argument(
-        "--sqlite-driver",
-        metavar="MODULE",
-        help="SQLite only (ignored elsewhere): the DB-API module for either side",
-    )
+    dsn_option.add_sqlite_driver(parser, "the DB-API module for either side")
 
 
 def main(args: argparse.Namespace) -> int:
-    options = {"sqlite_driver": args.sqlite_driver} if args.sqlite_driver else {}
+    options = dsn_option.driver(args)
     bar = _progress_bar(args, options)
     try:
         report = copying.copy(

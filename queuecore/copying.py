@@ -50,6 +50,7 @@ class CopyReport:
 
     @property
     def seen(self) -> int:
+        """Every source job the copy went through: copied, or found already there."""
         return self.copied + self.already_there
 
 

@@ -13,6 +13,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from queuecore.dsn import secrets_of
 
@@ -41,8 +42,32 @@ def add(
         metavar="PATH",
         type=Path,
         help="read the DSN from this file (its first line), to keep a password off the "
-        "command line, where `ps` shows it to every user of this host",
+        "command line, where `ps` shows it to every user of this host (default: none)",
     )
+
+
+def add_common(parser: argparse.ArgumentParser, **dsn: Any) -> None:
+    """The options every command that opens a queue takes: where the database is
+    (`--dsn`, `--dsn-file`, `$QUEUECORE_DSN`) and which SQLite library opens it."""
+    add(parser, **dsn)
+    add_sqlite_driver(parser)
+
+
+def add_sqlite_driver(
+    parser: argparse.ArgumentParser, help: str = "the DB-API module that opens SQLite files"
+) -> None:
+    parser.add_argument(
+        "--sqlite-driver",
+        metavar="MODULE",
+        help=f"SQLite only (ignored elsewhere): {help}, sqlite3 or pysqlite3 "
+        "(default: pysqlite3 when installed with a fixed SQLite)",
+    )
+
+
+def driver(args: argparse.Namespace) -> dict[str, str]:
+    """`connect()`'s keyword for --sqlite-driver, when it was given."""
+    chosen = getattr(args, "sqlite_driver", None)
+    return {"sqlite_driver": chosen} if chosen else {}
 
 
 def resolve(args: argparse.Namespace) -> None:

@@ -13,9 +13,9 @@ from queuecore import dsn_option
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    dsn_option.add(parser)
-    parser.add_argument("--port", type=int, default=9469, help="default 9469")
-    parser.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1")
+    dsn_option.add_common(parser)
+    parser.add_argument("--port", type=int, default=9469, help="port to serve /metrics on")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
 
 
 def metrics_extra() -> Any:
@@ -39,7 +39,7 @@ def main(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    with connect(args.dsn) as queue:
+    with connect(args.dsn, **dsn_option.driver(args)) as queue:
         server, thread = start_http_server(
             args.port, addr=args.host, registry=metrics.queue_registry(queue)
         )

@@ -31,6 +31,15 @@ AsyncEffect = Callable[["AsyncConnection"], Awaitable[object]]
 
 @runtime_checkable
 class Queue(Protocol):
+    """A job queue on one database, as `queuecore.connect(dsn)` opens it.
+
+    Your application enqueues jobs and reads them back (`enqueue`, `enqueue_many`,
+    `get`, `wait`, `cancel`, `list_jobs`, `stats`); workers claim and report on them
+    (`claim`, `heartbeat`, `complete`, `fail`, `release`); operators mend the queue
+    (`dead_jobs`, `requeue_dead`, `purge`). Every method is safe to call from several
+    threads and processes at once. Use it as a context manager, or call `close()`.
+    """
+
     @property
     def engine(self) -> Engine:
         """The SQLAlchemy engine the queue runs on: R03's transactions and readers of the
@@ -59,7 +68,40 @@ class Queue(Protocol):
         max_attempts: int | None = None,
         dedupe_key: str | None = None,
         conn: Connection | None = None,
-    ) -> EnqueueResult: ...
+    ) -> EnqueueResult:
+        """Add one job, and return its id.
+
+        The job waits in `queue` until a worker with a handler for `kind` claims it:
+        at once, or after `delay` seconds, or at `run_at`. Lower `priority` runs first.
+
+        Args:
+            kind: which handler runs it (the registry's key).
+            payload: the handler's input, a JSON object (a dict of JSON values).
+            queue: the queue it waits in; workers may serve some queues only.
+            delay: seconds from now before it may run (not with `run_at`).
+            run_at: when it may run, a datetime or epoch seconds (not with `delay`).
+            priority: lower runs first among ready jobs; ties run oldest first.
+            max_attempts: runs before it is dead (default: the queue's `max_attempts`).
+            dedupe_key: enqueue this work at most once: while a job with this key is in
+                the table, enqueueing it again writes nothing and returns that job's id
+                with `created=False`.
+            conn: your own open transaction's connection: the job is written in it, and
+                exists only if you commit (on SQLite, see `queuecore.sqlite_engine`).
+
+        Returns:
+            The job's id, and whether it was created (False for a known `dedupe_key`).
+
+        Raises:
+            TypeError: the payload is not a JSON object.
+            ValueError: bad input (an empty kind, a negative delay, `max_attempts < 1`,
+                a name too long); nothing is written.
+            queuecore.DedupeConflict: the `dedupe_key` belongs to a job of another kind
+                or payload.
+            queuecore.QueuecoreError: the database failed (unreachable, full, ...).
+
+        Rules: R01, R02, R03, R22, R27.
+        """
+        ...
 
     def enqueue_many(
         self,
@@ -70,7 +112,29 @@ class Queue(Protocol):
         priority: int = 0,
         max_attempts: int | None = None,
         conn: Connection | None = None,
-    ) -> list[int]: ...
+    ) -> list[int]:
+        """Add many jobs of one kind in one transaction, and return their ids in order.
+
+        Much faster than one `enqueue` per job: one round trip per batch. The jobs are
+        ready at once; there is no delay or dedupe key per job.
+
+        Args:
+            kind: which handler runs them.
+            payloads: one JSON object per job.
+            queue: the queue they wait in.
+            priority: lower runs first.
+            max_attempts: runs before a job is dead (default: the queue's).
+            conn: your own open transaction's connection, as for `enqueue`.
+
+        Returns:
+            The new jobs' ids, in the order of `payloads`.
+
+        Raises:
+            TypeError: a payload is not a JSON object (nothing is written).
+            ValueError: bad input; nothing is written.
+            queuecore.QueuecoreError: the database failed.
+        """
+        ...
 
     def claim(
         self,
@@ -79,10 +143,52 @@ class Queue(Protocol):
         limit: int = 1,
         queues: Sequence[str] | None = None,
         kinds: Sequence[str] | None = None,
-    ) -> list[Job]: ...
+    ) -> list[Job]:
+        """Take up to `limit` ready jobs for `worker` to run, under a lease.
+
+        Workers call this for you; call it yourself only to write your own worker loop.
+        A claimed job is yours until `lease_seconds` pass: `heartbeat` extends the lease,
+        and `complete`, `fail` or `release` reports on it. A job whose lease runs out is
+        handed to the next claim, which counts another attempt.
+
+        Args:
+            worker: the claiming worker's name, stored on the job.
+            limit: the most jobs to take.
+            queues: take only from these queues (default: every queue).
+            kinds: take only jobs of these kinds (default: every kind).
+
+        Returns:
+            The claimed jobs, by priority then age; [] when none is ready.
+
+        Raises:
+            ValueError: bad input (`limit < 1`, an empty name).
+            queuecore.QueuecoreError: the database failed.
+
+        Rules: R04-R07, R23.
+        """
+        ...
 
     def complete(self, job: Job, *, effect: Effect | None = None, result: Any = None) -> bool:
-        """R09, R10; `result` (any JSON value, R24) is stored with the completion."""
+        """Mark a claimed job done, storing `result` and running `effect` with it.
+
+        Args:
+            job: the job as `claim` returned it (its lease token is checked).
+            effect: `f(conn)`, run in the transaction that marks the job done: your own
+                writes commit together with the completion, or not at all.
+            result: any JSON value, stored as the job's result (`get(id).result`).
+
+        Returns:
+            True; False when this claim no longer holds the job (its lease ran out and
+            another worker took it, or it was cancelled): nothing was written and the
+            effect did not run.
+
+        Raises:
+            Exception: whatever `effect` raises (the job stays as it was).
+            ValueError: `result` is not JSON or too large.
+            queuecore.QueuecoreError: the database failed.
+
+        Rules: R09, R10, R24.
+        """
         ...
 
     def complete_many(
@@ -91,7 +197,23 @@ class Queue(Protocol):
         *,
         effects: Sequence[Effect | None] | None = None,
         results: Sequence[Any] | None = None,
-    ) -> Completions: ...
+    ) -> Completions:
+        """`complete` for many claimed jobs, in one transaction where it can.
+
+        Args:
+            jobs: the claimed jobs.
+            effects: one effect (or None) per job, as `complete` takes.
+            results: one result (or None) per job.
+
+        Returns:
+            One bool per job, in order (True: completed); a job whose effect raised is
+            False and its error is in the answer's `errors`, by job id.
+
+        Raises:
+            ValueError: `effects` or `results` do not match `jobs` in length.
+            queuecore.QueuecoreError: the database failed.
+        """
+        ...
 
     def fail(
         self,
@@ -100,24 +222,149 @@ class Queue(Protocol):
         *,
         retry_in: float | None = None,
         permanent: bool = False,
-    ) -> Literal["queued", "dead"] | None: ...
+    ) -> Literal["queued", "dead"] | None:
+        """Report that a claimed job's attempt failed.
 
-    def heartbeat(self, job: Job) -> bool: ...
+        With attempts left the job is queued again after a backoff (random, up to
+        `backoff_base * 2 ** (attempt - 1)` seconds, at most `backoff_cap`); without,
+        it is dead and waits for `requeue_dead`.
 
-    def release(self, job: Job) -> bool: ...
+        Args:
+            job: the job as `claim` returned it.
+            error: what went wrong (a traceback is fine; long text is cut).
+            retry_in: retry after this many seconds instead of the backoff.
+            permanent: dead at once, whatever attempts are left.
 
-    def requeue_dead(self, ids: Iterable[int] | None = None) -> list[int]: ...
+        Returns:
+            "queued" or "dead", what became of it; None when this claim no longer holds
+            the job (nothing was written).
 
-    def stats(self, queue: str | None = None) -> Mapping[str, Any]: ...
+        Raises:
+            ValueError: bad input (a negative `retry_in`).
+            queuecore.QueuecoreError: the database failed.
+
+        Rules: R11, R12, R32.
+        """
+        ...
+
+    def heartbeat(self, job: Job) -> bool:
+        """Extend a claimed job's lease by `lease_seconds` from now.
+
+        Workers do this for you while a handler runs.
+
+        Args:
+            job: the job as `claim` returned it.
+
+        Returns:
+            True; False when this claim no longer holds the job (stop working on it).
+
+        Raises:
+            queuecore.QueuecoreError: the database failed.
+
+        Rule: R13.
+        """
+        ...
+
+    def release(self, job: Job) -> bool:
+        """Hand a claimed job back unrun: queued and ready now, the attempt not counted.
+
+        Workers do this for the jobs they claimed ahead and could not start before
+        shutting down.
+
+        Args:
+            job: the job as `claim` returned it.
+
+        Returns:
+            True; False when this claim no longer holds the job.
+
+        Raises:
+            queuecore.QueuecoreError: the database failed.
+
+        Rule: R14.
+        """
+        ...
+
+    def requeue_dead(self, ids: Iterable[int] | None = None) -> list[int]:
+        """Give dead jobs a new set of attempts: queued, ready now, attempts back to 0.
+
+        Args:
+            ids: the dead jobs to requeue (default: every dead job).
+
+        Returns:
+            The ids requeued; an id that is not dead (or unknown) is left alone and missing.
+
+        Raises:
+            TypeError: `ids` is not an iterable of ids.
+            queuecore.QueuecoreError: the database failed.
+
+        Rule: R15.
+        """
+        ...
+
+    def stats(self, queue: str | None = None) -> Mapping[str, Any]:
+        """Count the jobs, per queue and in total, and the live ones per kind.
+
+        Args:
+            queue: one queue's counts only (default: every queue, with totals).
+
+        Returns:
+            A mapping with `queued`, `running`, `ready_now` (could be claimed this
+            instant), `oldest_ready_age_s`, `dead` and `cancelled`; for the whole queue
+            also `queues` (the same per queue) and `kinds` (live jobs per kind).
+
+        Raises:
+            queuecore.QueuecoreError: the database failed.
+
+        Rule: R16.
+        """
+        ...
 
     def purge(
         self, *, older_than: float = 86400, states: Sequence[str] = ("done",), batch: int = 1000
-    ) -> int: ...
+    ) -> int:
+        """Delete finished jobs that finished more than `older_than` seconds ago.
 
-    def get(self, job_id: int) -> JobSnapshot | None: ...
+        Never a queued or running job; done ones only unless `states` says more. Runs in
+        short transactions of `batch` rows, so it can run beside workers.
+
+        Args:
+            older_than: age in seconds since the job finished.
+            states: which finished states to delete: "done", "dead", "cancelled".
+            batch: rows deleted per transaction.
+
+        Returns:
+            How many jobs were deleted.
+
+        Raises:
+            ValueError: an unknown or unfinished state, a negative age.
+            queuecore.QueuecoreError: the database failed.
+
+        Rule: R17.
+        """
+        ...
+
+    def get(self, job_id: int) -> JobSnapshot | None:
+        """Read one job: its state, attempts, errors, result, payload and times.
+
+        What a status endpoint needs (`queuecore show ID` prints the same).
+
+        Args:
+            job_id: the id `enqueue` returned.
+
+        Returns:
+            A snapshot of the job, or None when there is no such job (or it was purged).
+
+        Raises:
+            ValueError: `job_id` is not an integer.
+            queuecore.QueuecoreError: the database failed.
+
+        Rules: R18, R24, R32.
+        """
+        ...
 
     def dead_jobs(self, queue: str | None = None, *, limit: int = 100) -> list[JobSnapshot]:
-        """The dead-letter list, newest first, R08's lost leases included."""
+        """The dead jobs (out of attempts, or failed permanently), newest first, with their
+        last error: `queue` limits them to one queue, `limit` to that many (R08)."""
         ...
 
     def list_jobs(
@@ -128,31 +375,35 @@ class Queue(Protocol):
         after_id: int | None = None,
         limit: int = 100,
     ) -> list[JobSnapshot]:
-        """R31: jobs in id order after `after_id`, at most `limit`; `state`, `kind` and
-        `queue` each filter by one value or a list (None: all)."""
+        """Jobs in id order after `after_id`, at most `limit`; `state`, `kind` and
+        `queue` each filter by one value or a list (None: all) (R31)."""
         ...
 
     def cancel(self, job_id: int) -> bool:
-        """R25: a queued or running job becomes cancelled (terminal); False otherwise."""
+        """Cancel a queued or running job: it becomes cancelled and never runs (again); a
+        running handler finds out at its next heartbeat. Returns True, or False when the
+        job had finished already or does not exist (R25)."""
         ...
 
     def wait(self, job_id: int, timeout: float = 30.0) -> JobSnapshot | None:
-        """R26: the snapshot once terminal, or as it is at the timeout; None if unknown."""
+        """Wait until the job is done, dead or cancelled, at most `timeout` seconds, and
+        return its snapshot then (or as it is when the time is up); None for an unknown
+        id (R26)."""
         ...
 
     def report_worker(self, name: str, record: Mapping[str, Any]) -> None:
-        """R33, for workers: `record` holds `host`, `pid`, `queues`, `kinds`,
+        """`record` holds `host`, `pid`, `queues`, `kinds`,
         `concurrency`, `heartbeat_seconds` and `running`; written at the worker's start and
-        on each heartbeat (one statement when its record is there)."""
+        on each heartbeat (one statement when its record is there) (R33)."""
         ...
 
     def forget_worker(self, name: str) -> None:
-        """R33: a worker that stops cleanly removes its record."""
+        """Remove a worker's record, as a worker stopping cleanly does (R33)."""
         ...
 
     def workers(self) -> list[WorkerInfo]:
-        """R33: the workers seen in the last hour, by name; `gone` when not seen for
-        three heartbeats."""
+        """The workers seen in the last hour, by name; `gone` when not seen for
+        three heartbeats (R33)."""
         ...
 
     def now(self) -> float:
@@ -163,7 +414,10 @@ class Queue(Protocol):
         """A connection that hears of new jobs, for idle workers (W6); None: poll."""
         ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Close the queue: dispose of the engine it made (an engine you gave it is left
+        open for you). `with queuecore.connect(...) as queue:` closes it at the end."""
+        ...
 
     def __enter__(self) -> Queue: ...
 
@@ -217,7 +471,12 @@ class AsyncQueue(Protocol):
         max_attempts: int | None = None,
         dedupe_key: str | None = None,
         conn: AsyncConnection | None = None,
-    ) -> EnqueueResult: ...
+    ) -> EnqueueResult:
+        """Add one job: `Queue.enqueue`, awaited.
+
+        The same arguments, answer and errors.
+        `conn` is an `AsyncConnection`."""
+        ...
 
     async def enqueue_many(
         self,
@@ -228,7 +487,12 @@ class AsyncQueue(Protocol):
         priority: int = 0,
         max_attempts: int | None = None,
         conn: AsyncConnection | None = None,
-    ) -> list[int]: ...
+    ) -> list[int]:
+        """Add many jobs of one kind: `Queue.enqueue_many`, awaited.
+
+        The same arguments, answer and errors.
+        `conn` is an `AsyncConnection`."""
+        ...
 
     async def claim(
         self,
@@ -237,12 +501,18 @@ class AsyncQueue(Protocol):
         limit: int = 1,
         queues: Sequence[str] | None = None,
         kinds: Sequence[str] | None = None,
-    ) -> list[Job]: ...
+    ) -> list[Job]:
+        """Take ready jobs under a lease: `Queue.claim`, awaited.
+
+        The same arguments, answer and errors."""
+        ...
 
     async def complete(
         self, job: Job, *, effect: AsyncEffect | Effect | None = None, result: Any = None
     ) -> bool:
-        """R09, R10; `result` (any JSON value, R24) is stored with the completion."""
+        """Mark a claimed job done: `Queue.complete`, awaited.
+
+        The same arguments, answer and errors."""
         ...
 
     async def complete_many(
@@ -251,7 +521,11 @@ class AsyncQueue(Protocol):
         *,
         effects: Sequence[AsyncEffect | Effect | None] | None = None,
         results: Sequence[Any] | None = None,
-    ) -> Completions: ...
+    ) -> Completions:
+        """Mark claimed jobs done: `Queue.complete_many`, awaited.
+
+        The same arguments, answer and errors."""
+        ...
 
     async def fail(
         self,
@@ -260,24 +534,53 @@ class AsyncQueue(Protocol):
         *,
         retry_in: float | None = None,
         permanent: bool = False,
-    ) -> Literal["queued", "dead"] | None: ...
+    ) -> Literal["queued", "dead"] | None:
+        """Report a failed attempt: `Queue.fail`, awaited.
 
-    async def heartbeat(self, job: Job) -> bool: ...
+        The same arguments, answer and errors."""
+        ...
 
-    async def release(self, job: Job) -> bool: ...
+    async def heartbeat(self, job: Job) -> bool:
+        """Extend a claimed job's lease: `Queue.heartbeat`, awaited.
 
-    async def requeue_dead(self, ids: Iterable[int] | None = None) -> list[int]: ...
+        The same arguments, answer and errors."""
+        ...
 
-    async def stats(self, queue: str | None = None) -> Mapping[str, Any]: ...
+    async def release(self, job: Job) -> bool:
+        """Hand a claimed job back unrun: `Queue.release`, awaited.
+
+        The same arguments, answer and errors."""
+        ...
+
+    async def requeue_dead(self, ids: Iterable[int] | None = None) -> list[int]:
+        """Give dead jobs new attempts: `Queue.requeue_dead`, awaited.
+
+        The same arguments, answer and errors."""
+        ...
+
+    async def stats(self, queue: str | None = None) -> Mapping[str, Any]:
+        """Count the jobs: `Queue.stats`, awaited.
+
+        The same arguments, answer and errors."""
+        ...
 
     async def purge(
         self, *, older_than: float = 86400, states: Sequence[str] = ("done",), batch: int = 1000
-    ) -> int: ...
+    ) -> int:
+        """Delete old finished jobs: `Queue.purge`, awaited.
 
-    async def get(self, job_id: int) -> JobSnapshot | None: ...
+        The same arguments, answer and errors."""
+        ...
+
+    async def get(self, job_id: int) -> JobSnapshot | None:
+        """Read one job: `Queue.get`, awaited.
+
+        The same arguments, answer and errors."""
+        ...
 
     async def dead_jobs(self, queue: str | None = None, *, limit: int = 100) -> list[JobSnapshot]:
-        """The dead-letter list, newest first, R08's lost leases included."""
+        """The dead jobs (out of attempts, or failed permanently), newest first, with their
+        last error: `queue` limits them to one queue, `limit` to that many (R08)."""
         ...
 
     async def list_jobs(
@@ -288,38 +591,46 @@ class AsyncQueue(Protocol):
         after_id: int | None = None,
         limit: int = 100,
     ) -> list[JobSnapshot]:
-        """R31: jobs in id order after `after_id`, at most `limit`; `state`, `kind` and
-        `queue` each filter by one value or a list (None: all)."""
+        """Jobs in id order after `after_id`, at most `limit`; `state`, `kind` and
+        `queue` each filter by one value or a list (None: all) (R31)."""
         ...
 
     async def cancel(self, job_id: int) -> bool:
-        """R25: a queued or running job becomes cancelled (terminal); False otherwise."""
+        """Cancel a queued or running job: it becomes cancelled and never runs (again); a
+        running handler finds out at its next heartbeat. Returns True, or False when the
+        job had finished already or does not exist (R25)."""
         ...
 
     async def wait(self, job_id: int, timeout: float = 30.0) -> JobSnapshot | None:
-        """R26: the snapshot once terminal, or as it is at the timeout; None if unknown."""
+        """Wait until the job is done, dead or cancelled, at most `timeout` seconds, and
+        return its snapshot then (or as it is when the time is up); None for an unknown
+        id (R26)."""
         ...
 
     async def report_worker(self, name: str, record: Mapping[str, Any]) -> None:
-        """R33, for workers: `record` holds `host`, `pid`, `queues`, `kinds`,
+        """`record` holds `host`, `pid`, `queues`, `kinds`,
         `concurrency`, `heartbeat_seconds` and `running`; written at the worker's start and
-        on each heartbeat (one statement when its record is there)."""
+        on each heartbeat (one statement when its record is there) (R33)."""
         ...
 
     async def forget_worker(self, name: str) -> None:
-        """R33: a worker that stops cleanly removes its record."""
+        """Remove a worker's record, as a worker stopping cleanly does (R33)."""
         ...
 
     async def workers(self) -> list[WorkerInfo]:
-        """R33: the workers seen in the last hour, by name; `gone` when not seen for
-        three heartbeats."""
+        """The workers seen in the last hour, by name; `gone` when not seen for
+        three heartbeats (R33)."""
         ...
 
     async def now(self) -> float:
         """The queue's clock in epoch seconds (R20), for code that must agree with it."""
         ...
 
-    async def close(self) -> None: ...
+    async def close(self) -> None:
+        """Close the queue: `Queue.close`, awaited.
+
+        The same arguments, answer and errors."""
+        ...
 
     async def __aenter__(self) -> AsyncQueue: ...
 
@@ -338,4 +649,6 @@ class Listener(Protocol):
         """Names of the queues that got new jobs, or [] after `timeout` seconds."""
         ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Stop listening and close the listening connection."""
+        ...

@@ -32,6 +32,9 @@ class Registry(Mapping[str, Handler]):
             self.add(kind, fn)
 
     def add(self, kind: str, fn: Handler) -> None:
+        """Register `fn` as the handler of jobs of `kind` (what `@registry.handler(kind)`
+        does). Raises ValueError when `kind` has a handler already, TypeError when `fn`
+        is not callable."""
         if not isinstance(kind, str) or not kind:
             raise ValueError(f"kind must be a non-empty string, got {kind!r}")
         if not callable(fn):

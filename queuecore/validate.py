@@ -148,9 +148,27 @@ def _payload_strings(value: object, name: str = "payload") -> None:
 
 
 def at_least(name: str, value: object, minimum: int, maximum: int = INT64[1]) -> int:
+    """`value` as an integer in [minimum, maximum]. The error names the bound in plain
+    words: a reader of `--concurrency 0` has no use for 9223372036854775807."""
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-        raise ValueError(f"{name} must be an integer from {minimum} to {maximum}, got {value!r}")
+        raise ValueError(
+            f"{name} must be an integer{_bound(value, minimum, maximum)}, got {value!r}"
+        )
     return value
+
+
+def _bound(value: object, minimum: int, maximum: int) -> str:
+    """The bound `value` missed, said as a person would: a limit of the column's size is
+    only named to someone who went past it."""
+    huge = INT32[1]
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value > maximum:
+            return f" no greater than {maximum:,}"
+        if value < minimum and minimum <= -huge:
+            return f" no less than {minimum:,}"
+    if maximum < huge:
+        return f" from {minimum:,} to {maximum:,}"
+    return "" if minimum <= -huge else f" of at least {minimum:,}"
 
 
 def positive_seconds(name: str, value: object) -> float:

@@ -13,8 +13,8 @@ TOKEN_VARIABLE = "QUEUECORE_DASHBOARD_TOKEN"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    dsn_option.add(parser)
-    parser.add_argument("--port", type=int, default=8080, help="default 8080")
+    dsn_option.add_common(parser)
+    parser.add_argument("--port", type=int, default=8080, help="port to listen on")
     parser.add_argument(
         "--host",
         default="127.0.0.1",
@@ -36,10 +36,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--token",
         default=os.environ.get(TOKEN_VARIABLE),
-        help=f"every request must give it as the basic-auth password; prefer ${TOKEN_VARIABLE}, "
-        "as a command line is readable by every user of this host",
+        help=f"every request must give it as the basic-auth password (default: ${TOKEN_VARIABLE}, "
+        "none when unset); prefer the variable, as a command line is readable by every user "
+        "of this host",
     )
-    parser.add_argument("--log-level", default="info", type=str.lower)
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        type=str.lower,
+        help="the server's log level: debug, info, warning or error",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -70,7 +76,7 @@ def main(args: argparse.Namespace) -> int:
         )
     if args.token is not None and len(args.token) < 16:
         raise ValueError("the token must be at least 16 characters long")
-    queue = connect(args.dsn)
+    queue = connect(args.dsn, **dsn_option.driver(args))
     try:
         app = create_app(
             queue,

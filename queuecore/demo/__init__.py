@@ -56,7 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="SIGKILL a worker every ~S s (0: never)",
     )
     parser.add_argument("--timeout", type=float, default=120.0, help="give up after (s)")
-    parser.add_argument("--seed", type=int, default=None, help="the mix's order and the kills")
+    parser.add_argument(
+        "--seed", type=int, default=None, help="the mix's order and the kills (default: random)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the folder with db and logs")
 
 

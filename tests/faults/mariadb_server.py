@@ -18,6 +18,7 @@ from pathlib import Path
 from types import TracebackType
 
 import sqlalchemy as sa
+from queuecore.backends.mariadb_harness import DRIVER
 
 SERVER_NAMES = ("mariadbd", "mysqld")
 INSTALL_NAMES = ("mariadb-install-db", "mysql_install_db")
@@ -56,7 +57,7 @@ class PrivateMariaDB:
         # '/tmp/#sql-temptable-…', error: 2", then "Unknown table tmp_proxies_priv").
         self._tmp = self._folder / "tmp"
         self.port = free_port()
-        self.dsn = f"mariadb+mysqldb://root@127.0.0.1:{self.port}/mysql"
+        self.dsn = f"mariadb+{DRIVER}://root@127.0.0.1:{self.port}/mysql"
         self._process: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> PrivateMariaDB:

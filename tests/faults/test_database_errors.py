@@ -5,6 +5,7 @@ deadlock that comes back on every try. (A real full disk: test_disk_full.py.)"""
 
 from __future__ import annotations
 
+import importlib
 import sqlite3
 
 import pytest
@@ -31,8 +32,10 @@ def driver_errors(backend: str) -> list[tuple[Exception, type[Exception] | None]
             (psycopg.errors.ProgramLimitExceeded("index row size"), queuecore.DatabaseLimitError),
             (psycopg.errors.UndefinedTable("no such table"), None),
         ]
-    import MySQLdb
+    from queuecore.backends.mariadb_harness import DRIVER
 
+    # The driver the MariaDB half runs on: each raises errors of its own classes.
+    MySQLdb = importlib.import_module("MySQLdb" if DRIVER == "mysqldb" else "pymysql")
     full_write = "Error writing file './test/x.ibd' (Errcode: 28 \"No space left on device\")"
     return [
         (MySQLdb.OperationalError(1021, "Disk full (/tmp/x); waiting"), queuecore.StorageFullError),

@@ -226,7 +226,7 @@ def test_the_command_reports_what_it_did(pair, capsys):
 def test_the_command_names_its_option_in_a_bad_value(tmp_path, capsys):
     a, b = (f"sqlite:///{tmp_path / name}" for name in ("a.db", "b.db"))
     assert main(["copy", "--from", a, "--to", b, "--batch", "0"]) == 2
-    assert "--batch must be an integer from 1" in capsys.readouterr().err
+    assert "--batch must be an integer of at least 1" in capsys.readouterr().err
 
 
 def test_a_terminal_gets_a_progress_bar(tmp_path):

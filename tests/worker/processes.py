@@ -68,10 +68,13 @@ def wait_until(
         time.sleep(0.02)
 
 
-def run_queuecore(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """Run `queuecore ARGS...` to its end."""
+def run_queuecore(
+    *args: str, timeout: float = 120, input: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run `queuecore ARGS...` to its end, `input` on its stdin."""
     return subprocess.run(
         queuecore_command(*args),
+        input=input,
         cwd=REPO,
         env=queuecore_env(),
         capture_output=True,
