@@ -60,7 +60,9 @@ def test_r26_wait_returns_the_job_as_it_is_at_the_timeout_without_spinning(queue
         snap = queue.wait(job_id, timeout=1.5)
 
     assert snap.state == "running"
-    assert 2 <= counted.looks <= 40  # a growing pause: about a dozen looks, not thousands
+    # A growing pause: about a dozen looks, not thousands. One is enough when the first
+    # look itself ends past the timeout, as on a machine at load 40 (CI of eb88339).
+    assert 1 <= counted.looks <= 40
     assert queue.wait(job_id, timeout=0).state == "running"
 
 

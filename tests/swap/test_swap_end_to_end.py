@@ -112,7 +112,9 @@ def test_the_swap_from_sqlite_to_postgresql_and_back(tmp_path, monkeypatch, scra
         sqlite, *({"kind": "poison", "payload": {"n": i}, "key": f"poison-{i}"} for i in range(2))
     )
     assert run_queuecore("migrate", "--dsn", postgresql).returncode == 0
-    leased = (*WORKER, "--lease-seconds", "10")  # long enough to meet the copy's refusal
+    # Long enough to meet the copy's refusal on a loaded machine: at 10 s, a copy that
+    # took that long to start (load 40, CI of eb88339) found the lease already ended.
+    leased = (*WORKER, "--lease-seconds", "20")
     with queuecore_process(*leased, "--dsn", sqlite, log=tmp_path / "sqlite-worker.log") as proc:
         wait_until(
             lambda: stats(sqlite) == {"queued": 0, "running": 1, "dead": 2},

@@ -21,7 +21,7 @@ from tests.faults.outage import new_database
 from tests.worker.processes import queuecore_process, wait_until
 
 SLOTS = 4
-SUPERVISOR_ROLES = 4  # claimer, ack window, heartbeat, LISTEN
+SUPERVISOR_ROLES = 5  # claimer, ack window, heartbeat, LISTEN, the worker's record (R33)
 
 
 def backends_of(conn: psycopg.Connection, database: str) -> int:
