@@ -10,6 +10,7 @@ beyond generous deadlines: the machine is shared and noisy.
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import threading
 import time
@@ -200,7 +201,7 @@ def test_w9_a_deaf_handler_is_killed_after_the_cancel_grace_and_the_next_job_sta
 # --- W10: whatever the payload, only its own job fails
 
 
-def store_nested(db: sa.Engine, job_id: int, depth: int) -> None:
+def store_nested(db: sa.Engine, job_id: int, depth: int, log: Path) -> None:
     """Give a job a payload nested `depth` levels, as queuecore accepted before R29 capped
     the depth at 31 (rows written then, or by hand). MariaDB's JSON column checks its
     text with JSON_VALID, which refuses such depths, so there the column becomes plain
@@ -208,7 +209,7 @@ def store_nested(db: sa.Engine, job_id: int, depth: int) -> None:
     nested = "0"
     for _ in range(depth - 1):
         nested = f"[{nested}]"
-    text = f'{{"log": "-", "deep": {nested}}}'
+    text = f'{{"log": {json.dumps(str(log))}, "deep": {nested}}}'
     with db.begin() as conn:
         if db.dialect.name == "mariadb":
             conn.execute(sa.text("ALTER TABLE queuecore_jobs MODIFY payload LONGTEXT NOT NULL"))
@@ -224,7 +225,7 @@ def enqueue_nested_then_short(
 ) -> tuple[list[int], list[int]]:
     nested = [queue.enqueue(echo, {"log": str(log)}, max_attempts=1).id for _ in DEPTHS]
     for job_id, depth in zip(nested, DEPTHS, strict=True):
-        store_nested(db, job_id, depth)
+        store_nested(db, job_id, depth, log)
     behind = [queue.enqueue(short, {"log": str(log)}).id for _ in range(2)]
     return nested, behind
 
