@@ -47,6 +47,9 @@ from queuecore.supervisor import ForkServer, exit_text
 from queuecore.time_limits import CANCEL_WAIT, NO_LIMITS, StopClock, TimeLimits
 from queuecore.worklog import log
 
+#: How often the reader looks for jobs past their time limit or cancel grace.
+STOP_CHECK = 0.05
+
 
 @dataclass(eq=False, slots=True)
 class Sent:
@@ -79,6 +82,7 @@ class LoopProcess:
         self.slots = slots
         self.limits = limits
         self._killed: dict[Connection, Sent] = {}  # the job a process was killed to stop
+        self._next_check = 0.0  # when _stop_due looks at the jobs out again
         self._lock = threading.Lock()  # the process's socket and the jobs out
         self._room = threading.Condition(self._lock)  # a job came back, or the process died
         self._send = threading.Lock()  # one message at a time on the socket
@@ -348,8 +352,13 @@ class LoopProcess:
 
     def _stop_due(self, pid: int, conn: Connection) -> None:
         """Ask the child to cancel each task past its time limit or cancel grace (W8,
-        W9), and kill the process when one has not ended `CANCEL_WAIT` after that."""
+        W9), and kill the process when one has not ended `CANCEL_WAIT` after that.
+        Looked at every `STOP_CHECK` seconds, not at every message: the reader runs once
+        per batch of outcomes, and the limits need no finer grain than that."""
         now = time.monotonic()
+        if now < self._next_check:
+            return
+        self._next_check = now + STOP_CHECK
         with self._lock:
             running = [
                 (t, s) for t, s in self._out.items() if s.clock is not None and s.begun is not None
