@@ -39,7 +39,7 @@ from queuecore.schedules import scheduler_threads
 from queuecore.signals import serve_until_signalled
 from queuecore.slots import InThread, Runner
 from queuecore.supervisor import ForkServer, HandlerProcesses
-from queuecore.worker_settings import worker_settings
+from queuecore.worker_settings import DEFAULT_CANCEL_GRACE, worker_settings
 from queuecore.worklog import log
 
 
@@ -69,6 +69,13 @@ class Worker:
     (see `queuecore.claimer`); jobs claimed ahead and not started are released at a
     stop, uncharged (W4).
 
+    `timeout` (seconds) is the time limit of the handlers whose kind has none of its own
+    (`@REGISTRY.handler(kind, timeout=S)`), W8: a handler process past it is killed and
+    its job failed with "timed out after S s"; a handler on the worker's threads cannot be
+    killed: its lease is marked lost, its job failed, and its slot stops waiting for it.
+    `cancel_grace` (W9): a handler process still running that long after its lease was
+    lost (a cancel, or a lease that ran out) is killed and its slot freed; None never.
+
     The worker keeps a record of itself in the database (R33, `workers()`), written at its
     start and every heartbeat interval, and removed when it stops.
 
@@ -93,6 +100,8 @@ class Worker:
         ack_seconds: float = 0.05,
         handler_processes: HandlerProcesses | None = None,
         observer: WorkerObserver = NO_OBSERVER,
+        timeout: float | None = None,
+        cancel_grace: float | None = DEFAULT_CANCEL_GRACE,
     ) -> None:
         settings = worker_settings(
             queue,
@@ -107,6 +116,8 @@ class Worker:
             exit_when_idle=exit_when_idle,
             ack_batch=ack_batch,
             ack_seconds=ack_seconds,
+            timeout=timeout,
+            cancel_grace=cancel_grace,
         )
         self.queue = queue
         self.handlers = handlers
@@ -119,6 +130,7 @@ class Worker:
         self.handler_processes = handler_processes
         self.observer = observer  # told what the worker does, e.g. for metrics
         self.max_result_bytes = settings.max_result_bytes
+        self.limits = settings.limits
         self._fork_server = (
             None
             if handler_processes is None
@@ -132,7 +144,9 @@ class Worker:
                     "this registry has async def handlers: run it with queuecore.AsyncWorker, "
                     "or give handler_processes= (as `queuecore worker` does)"
                 )
-            self._loop_process = LoopProcess(self._fork_server, slots=self.concurrency)
+            self._loop_process = LoopProcess(
+                self._fork_server, slots=self.concurrency, limits=self.limits
+            )
         self._holdings = Holdings()
         self._hurry = threading.Event()  # a second stop: do not wait for running handlers
         self._finished = threading.Event()  # heartbeat and listener threads end
@@ -302,8 +316,11 @@ class Worker:
         if self._loop_process is not None:
             return [self._loop_process]
         if self._fork_server is None:
-            return [InThread(self.handlers, self.max_result_bytes) for _ in range(self.concurrency)]
-        return [HandlerProcess(self._fork_server) for _ in range(self.concurrency)]
+            return [
+                InThread(self.handlers, self.max_result_bytes, self.limits)
+                for _ in range(self.concurrency)
+            ]
+        return [HandlerProcess(self._fork_server, self.limits) for _ in range(self.concurrency)]
 
     def _slot(self, runner: Runner) -> None:
         """A slot whose runner failed (a handler process that cannot start) stops the
