@@ -132,6 +132,11 @@ class Queue(Protocol):
         `queue` each filter by one value or a list (None: all)."""
         ...
 
+    def held(self, jobs: Sequence[Job]) -> list[bool]:
+        """W9: per job, whether its claim still holds it (its fence would pass); a read
+        that writes nothing, for workers: a cancelled job claimed ahead never starts."""
+        ...
+
     def cancel(self, job_id: int) -> bool:
         """R25: a queued or running job becomes cancelled (terminal); False otherwise."""
         ...
@@ -292,6 +297,11 @@ class AsyncQueue(Protocol):
         `queue` each filter by one value or a list (None: all)."""
         ...
 
+    async def held(self, jobs: Sequence[Job]) -> list[bool]:
+        """W9: per job, whether its claim still holds it (its fence would pass); a read
+        that writes nothing, for workers: a cancelled job claimed ahead never starts."""
+        ...
+
     async def cancel(self, job_id: int) -> bool:
         """R25: a queued or running job becomes cancelled (terminal); False otherwise."""
         ...
@@ -336,6 +346,10 @@ class Listener(Protocol):
 
     def wait(self, timeout: float) -> list[str]:
         """Names of the queues that got new jobs, or [] after `timeout` seconds."""
+        ...
+
+    def cancelled(self) -> list[int]:
+        """The ids of the jobs whose cancel it heard since the last call (W9)."""
         ...
 
     def close(self) -> None: ...
