@@ -104,11 +104,20 @@ class Claimer:
 
     def run(self) -> None:
         """Claim until stopped, or until no job was ready for `exit_when_idle` seconds."""
+        try:
+            self._claim()
+        finally:
+            self.holdings.close_checks()
+
+    def _claim(self) -> None:
         holdings = self.holdings
         pause = FIRST_IDLE_PAUSE
         idle_since: float | None = None
         while not holdings.stopping.is_set():
             holdings.wake.clear()
+            # The slots' checks of the jobs they are about to start (W9), on this
+            # thread's connection: a slot that asks sets `wake`.
+            holdings.answer_checks(self.queue.held)
             # The slots and the prefetch kept busy, while the ack window may hold more
             # leases; a window that grows past its size (a slow flush) holds claiming back.
             mean = holdings.handler_seconds

@@ -22,12 +22,27 @@ from queuecore.worklog import label, log
 Check = Callable[[list[Job]], list[bool]]
 
 
+class _Asked:
+    """One slot's check of the jobs it takes, answered on the claimer's thread."""
+
+    __slots__ = ("answer", "done", "error", "jobs")
+
+    def __init__(self, jobs: list[Job]) -> None:
+        self.jobs = jobs
+        self.answer: list[bool] = []
+        self.error: Exception | None = None
+        self.done = threading.Event()
+
+
 class Holdings:
-    def __init__(self, held: Check | None = None) -> None:
-        """`held` checks the jobs a slot takes before it runs them (W9): one read per
-        hand-over, so a job cancelled while it waited here never starts. None: no check
-        (a caller that hands out jobs it claimed this instant)."""
-        self.held = held
+    def __init__(self, *, checked: bool = False) -> None:
+        """`checked`: the jobs a slot takes are checked before it runs them (W9), so a
+        job cancelled while it waited here never starts. The claimer answers the checks
+        (`answer_checks`) on its own connection, every slot waiting at that moment in
+        one read: a worker's connections do not grow with its slots."""
+        self.checked = checked
+        self._asked: list[_Asked] = []
+        self._checks_closed = False
         self._lock = threading.Lock()
         self._leases: set[Lease] = set()  # every job held: waiting, running or acking
         self._waiting: deque[Lease] = deque()  # claimed, not yet started
@@ -87,9 +102,9 @@ class Holdings:
         """The taken jobs still held; the others let go. None: not known (put back)."""
         lost = [lease for lease in taken if lease.lost.is_set()]
         asked = [lease for lease in taken if not lease.lost.is_set()]
-        if self.held is not None and asked:
+        if self.checked and asked:
             try:
-                answers = self.held([lease.job for lease in asked])
+                answers = self._ask([lease.job for lease in asked])
             except Exception as exc:
                 log.warning("cannot check the jobs claimed ahead (%s); trying again", exc)
                 self._put_back(taken)
@@ -104,6 +119,47 @@ class Holdings:
             lease.mark_lost()
             self.let_go(lease)
         return asked
+
+    def _ask(self, jobs: list[Job]) -> list[bool]:
+        """Which of `jobs` are still held, as the claimer's thread reads it."""
+        asked = _Asked(jobs)
+        with self._lock:
+            if self._checks_closed:
+                raise RuntimeError("the claimer has stopped: no check can be made")
+            self._asked.append(asked)
+        self.wake.set()
+        asked.done.wait()
+        if asked.error is not None:
+            raise asked.error
+        return asked.answer
+
+    def answer_checks(self, held: Check) -> None:
+        """For the claimer: every check the slots wait for, in one read (`held`)."""
+        with self._lock:
+            asked, self._asked = self._asked, []
+        if not asked:
+            return
+        try:
+            answer = held([job for one in asked for job in one.jobs])
+        except Exception as exc:
+            for one in asked:
+                one.error = exc
+                one.done.set()
+            return
+        at = 0
+        for one in asked:
+            one.answer, at = answer[at : at + len(one.jobs)], at + len(one.jobs)
+            one.done.set()
+
+    def close_checks(self) -> None:
+        """The claimer stopped: a check asked from now on fails (the slot puts its
+        jobs back, and the worker releases them)."""
+        with self._lock:
+            self._checks_closed = True
+            asked, self._asked = self._asked, []
+        for one in asked:
+            one.error = RuntimeError("the claimer has stopped: no check can be made")
+            one.done.set()
 
     def _put_back(self, leases: list[Lease]) -> None:
         with self._lock:

@@ -10,7 +10,7 @@ Each role has a module of its own, so another kind of worker can share the polic
 - `queuecore.reporter` (with `queuecore.acks`, the ack window): tells the queue what
   became of each job;
 - `queuecore.leases`: one thread extends every held lease about every lease/3 (W3),
-  another tells running handlers of a cancel within a second (W9);
+  and tells running handlers of a cancel within a second (W9);
 - `queuecore.listener`: on PostgreSQL, NOTIFYs of new jobs wake the claimer (W6);
 - `queuecore.holdings`: the jobs held, which all of them share.
 - `queuecore.signals`: SIGTERM and SIGINT stop it gracefully (W4).
@@ -29,7 +29,7 @@ from queuecore.async_handling import runs_on_event_loop
 from queuecore.claimer import Claimer
 from queuecore.handling import Handler
 from queuecore.holdings import Holdings
-from queuecore.leases import hear_cancels, keep_leases, watch_cancels
+from queuecore.leases import LeaseKeeper, hear_cancels
 from queuecore.listener import Wakeups
 from queuecore.loop_supervisor import LoopProcess
 from queuecore.observer import NO_OBSERVER, WorkerObserver
@@ -134,7 +134,7 @@ class Worker:
                     "or give handler_processes= (as `queuecore worker` does)"
                 )
             self._loop_process = LoopProcess(self._fork_server, slots=self.concurrency)
-        self._holdings = Holdings(held=queue.held)
+        self._holdings = Holdings(checked=True)
         self._hurry = threading.Event()  # a second stop: do not wait for running handlers
         self._finished = threading.Event()  # heartbeat and listener threads end
         self._crash: BaseException | None = None
@@ -223,32 +223,15 @@ class Worker:
             threading.Thread(target=self._slot, args=(runner,), name=f"queuecore-slot-{i}")
             for i, runner in enumerate(runners)
         ]
-        helpers = [
-            threading.Thread(
-                target=keep_leases,
-                args=(
-                    self.queue,
-                    self._holdings,
-                    self.heartbeat_seconds,
-                    self._finished,
-                    self.observer,
-                ),
-                name="queuecore-heartbeat",
-            )
-        ]
-        helpers.append(
-            threading.Thread(
-                target=watch_cancels,
-                args=(
-                    self.queue,
-                    self._holdings,
-                    self._finished,
-                    self.observer,
-                    lambda: self.listening,
-                ),
-                name="queuecore-cancels",
-            )
+        keeper = LeaseKeeper(
+            self.queue,
+            self._holdings,
+            self.heartbeat_seconds,
+            self._finished,
+            self.observer,
+            lambda: self.listening,
         )
+        helpers = [threading.Thread(target=keeper.run, name="queuecore-heartbeat")]
         mine = presence.record(
             self.queues, sorted(self.handlers), self.concurrency, self.heartbeat_seconds
         )
