@@ -157,10 +157,9 @@ class LoopProcess:
                 room = self.slots + jobs_ahead(holdings.handler_seconds) - len(self._out)
             if conn is None:
                 return True
-            lease = holdings.next_waiting()
-            if lease is None:
+            leases = holdings.take(max(1, room))  # checked in one read (W9)
+            if leases is None:
                 return False
-            leases = [lease, *holdings.more_waiting(room - 1)]
             with self._lock:
                 if self._conn is not conn:  # it died meanwhile: they were never sent
                     self._give_back(leases)

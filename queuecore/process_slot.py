@@ -262,10 +262,7 @@ class HandlerProcess:
         ahead = jobs_ahead(holdings.handler_seconds)
         if out:  # with enough at hand, wait until several can go in one message
             return [] if 2 * out > ahead + 1 else holdings.more_waiting(ahead + 1 - out)
-        lease = holdings.next_waiting()
-        if lease is None:
-            return None
-        return [lease, *holdings.more_waiting(ahead)]
+        return holdings.take(ahead + 1)  # checked in one read (W9)
 
     @staticmethod
     def _begin(sent: Sent, observer: WorkerObserver) -> None:

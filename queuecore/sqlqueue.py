@@ -240,6 +240,10 @@ class SQLQueue(OptionsView):
         return self._run(self.ops.release(job))
 
     @reconnecting(after_commit=True)
+    def held(self, jobs: Sequence[Job]) -> list[bool]:
+        return self._run(self.ops.held(jobs))
+
+    @reconnecting(after_commit=True)
     def cancel(self, job_id: int) -> bool:
         return self._run(self.ops.cancel(job_id))
 

@@ -9,7 +9,8 @@ Each role has a module of its own, so another kind of worker can share the polic
   its own (W7);
 - `queuecore.reporter` (with `queuecore.acks`, the ack window): tells the queue what
   became of each job;
-- `queuecore.leases`: one thread extends every held lease about every lease/3 (W3);
+- `queuecore.leases`: one thread extends every held lease about every lease/3 (W3),
+  and tells running handlers of a cancel within a second (W9);
 - `queuecore.listener`: on PostgreSQL, NOTIFYs of new jobs wake the claimer (W6);
 - `queuecore.holdings`: the jobs held, which all of them share.
 - `queuecore.signals`: SIGTERM and SIGINT stop it gracefully (W4).
@@ -28,7 +29,7 @@ from queuecore.async_handling import runs_on_event_loop
 from queuecore.claimer import Claimer
 from queuecore.handling import Handler
 from queuecore.holdings import Holdings
-from queuecore.leases import keep_leases
+from queuecore.leases import LeaseKeeper, hear_cancels
 from queuecore.listener import Wakeups
 from queuecore.loop_supervisor import LoopProcess
 from queuecore.observer import NO_OBSERVER, WorkerObserver
@@ -147,7 +148,7 @@ class Worker:
             self._loop_process = LoopProcess(
                 self._fork_server, slots=self.concurrency, limits=self.limits
             )
-        self._holdings = Holdings()
+        self._holdings = Holdings(checked=True)
         self._hurry = threading.Event()  # a second stop: do not wait for running handlers
         self._finished = threading.Event()  # heartbeat and listener threads end
         self._crash: BaseException | None = None
@@ -169,6 +170,7 @@ class Worker:
                 wake=self._holdings.wake,
                 finished=self._finished,
                 poll_interval=self.poll_interval,
+                cancelled=self._cancelled,
             )
         self._claimer = Claimer(
             queue,
@@ -183,6 +185,7 @@ class Worker:
             exit_when_idle=settings.exit_when_idle,
             listening=lambda: self.listening,
             observer=observer,
+            release=self._reporter.release,
         )
 
     @property
@@ -234,19 +237,15 @@ class Worker:
             threading.Thread(target=self._slot, args=(runner,), name=f"queuecore-slot-{i}")
             for i, runner in enumerate(runners)
         ]
-        helpers = [
-            threading.Thread(
-                target=keep_leases,
-                args=(
-                    self.queue,
-                    self._holdings,
-                    self.heartbeat_seconds,
-                    self._finished,
-                    self.observer,
-                ),
-                name="queuecore-heartbeat",
-            )
-        ]
+        keeper = LeaseKeeper(
+            self.queue,
+            self._holdings,
+            self.heartbeat_seconds,
+            self._finished,
+            self.observer,
+            lambda: self.listening,
+        )
+        helpers = [threading.Thread(target=keeper.run, name="queuecore-heartbeat")]
         mine = presence.record(
             self.queues, sorted(self.handlers), self.concurrency, self.heartbeat_seconds
         )
@@ -282,6 +281,10 @@ class Worker:
                 thread.join(timeout=2)
             log.info("worker %s stopped", self.name)
 
+    def _cancelled(self, ids: list[int]) -> None:
+        """PostgreSQL told of cancelled jobs: the handlers running them hear it (W9)."""
+        hear_cancels(self._holdings, ids, self.observer)
+
     def _running(self) -> int:
         return len(self._holdings.leases())
 
@@ -294,6 +297,8 @@ class Worker:
             if left <= 0:
                 break
             self._hurry.wait(min(left, 0.05))
+        for lease in self._holdings.left_over():
+            self._reporter.release(lease)
         self._reporter.close()  # the finished jobs' completions commit before the exit
         if self._fork_server is not None:
             self._fork_server.close()
