@@ -219,6 +219,7 @@ class AsyncSQLQueue(OptionsView):
 
     @reconnecting(after_commit=True)
     async def held(self, jobs: Sequence[Job]) -> list[bool]:
+        """`Queue.held`, awaited; the same arguments, answer and errors."""
         return await self._run(self.ops.held(jobs))
 
     @reconnecting(after_commit=True)

@@ -380,8 +380,9 @@ class Queue(Protocol):
         ...
 
     def held(self, jobs: Sequence[Job]) -> list[bool]:
-        """W9: per job, whether its claim still holds it (its fence would pass); a read
-        that writes nothing, for workers: a cancelled job claimed ahead never starts."""
+        """For workers: per job, whether its claim still holds it (its fence would pass).
+        A read that writes nothing, so that a cancelled job claimed ahead never starts
+        (W9)."""
         ...
 
     def cancel(self, job_id: int) -> bool:
@@ -601,8 +602,9 @@ class AsyncQueue(Protocol):
         ...
 
     async def held(self, jobs: Sequence[Job]) -> list[bool]:
-        """W9: per job, whether its claim still holds it (its fence would pass); a read
-        that writes nothing, for workers: a cancelled job claimed ahead never starts."""
+        """For workers: per job, whether its claim still holds it (its fence would pass).
+        A read that writes nothing, so that a cancelled job claimed ahead never starts
+        (W9)."""
         ...
 
     async def cancel(self, job_id: int) -> bool:

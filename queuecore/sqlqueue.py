@@ -241,6 +241,9 @@ class SQLQueue(OptionsView):
 
     @reconnecting(after_commit=True)
     def held(self, jobs: Sequence[Job]) -> list[bool]:
+        """For workers: per job, whether its claim still holds it (a cancel or a lost
+        lease says False). One read that writes nothing, made just before jobs claimed
+        ahead are handed to their slots, so a cancelled one never starts (W9)."""
         return self._run(self.ops.held(jobs))
 
     @reconnecting(after_commit=True)
