@@ -54,6 +54,9 @@ _SEQUENCE_WRITE = sa.text(f"SELECT setval({_SEQUENCE}, :value, true)")
 #: The DSN's query parameter handed to psycopg rather than to libpq (`driver_options`).
 PREPARE_THRESHOLD = "prepare_threshold"
 NOTIFY = select(func.pg_notify(CHANNEL, bindparam("payload")))
+#: Where a cancel announces the job it cancelled (its id), to the workers' listeners (W9).
+CANCEL_CHANNEL = "queuecore_cancelled"
+CANCEL_NOTIFY = select(func.pg_notify(CANCEL_CHANNEL, bindparam("payload")))
 #: Where migration 0003's trigger announces that an awaited job finished (its id).
 FINISHED_CHANNEL = "queuecore_finished"
 LISTEN_SLICE = 0.5  # how long the listener thread may take to see that its queue closed
@@ -82,6 +85,11 @@ class PostgresBackend(Backend):
     def announce(self, queue: str) -> list[tuple[Any, dict[str, Any]]]:
         """Delivered at commit, and only then: a rolled-back enqueue wakes nobody."""
         return [(NOTIFY, {"payload": queue})] if self.notify else []
+
+    def announce_cancel(self, job_id: int) -> list[tuple[Any, dict[str, Any]]]:
+        """Sent whatever `notify` says: a cancel is rare, and a worker running the job
+        must hear it within a second (W9)."""
+        return [(CANCEL_NOTIFY, {"payload": str(job_id)})]
 
     def announcing(self, insert: Insert) -> ClauseElement:
         """One round trip: the INSERT as a data-modifying CTE, and its NOTIFY (sent once,
@@ -286,6 +294,8 @@ class Notifications:
         self._conn: psycopg.Connection[Any] = detached(raw)
         self._conn.autocommit = True
         self._conn.execute(f"LISTEN {CHANNEL}")
+        self._conn.execute(f"LISTEN {CANCEL_CHANNEL}")
+        self._cancelled: list[int] = []
 
     def reaches_itself(self, timeout: float) -> bool:
         """A NOTIFY sent through the pool, the way enqueue sends one, must come back here.
@@ -296,7 +306,18 @@ class Notifications:
         return any(n.payload == probe for n in self._conn.notifies(timeout=timeout))
 
     def wait(self, timeout: float) -> list[str]:
-        return [n.payload for n in self._conn.notifies(timeout=timeout, stop_after=1)]
+        names = []
+        for note in self._conn.notifies(timeout=timeout, stop_after=1):
+            if note.channel == CANCEL_CHANNEL:
+                self._cancelled.append(int(note.payload))
+            else:
+                names.append(note.payload)
+        return names
+
+    def cancelled(self) -> list[int]:
+        """The jobs whose cancel was heard since the last call (W9)."""
+        heard, self._cancelled = self._cancelled, []
+        return heard
 
     def close(self) -> None:
         self._conn.close()

@@ -20,16 +20,17 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from queuecore import presence
-from queuecore.async_handling import async_outcome_of
+from queuecore.async_handling import AsyncLease, async_outcome_of
 from queuecore.async_listener import AsyncWakeups
 from queuecore.async_reporter import AsyncReporter
 from queuecore.async_roles import AsyncClaimer, AsyncHoldings, keep_leases
-from queuecore.handling import Handler
+from queuecore.handling import Handler, Raised, Returned
 from queuecore.job import EnqueueResult
 from queuecore.observer import NO_OBSERVER, WorkerObserver
 from queuecore.schedules import scheduler_threads
 from queuecore.signals import SIGNALS
-from queuecore.worker_settings import worker_settings
+from queuecore.time_limits import timed_out
+from queuecore.worker_settings import DEFAULT_CANCEL_GRACE, worker_settings
 from queuecore.worklog import log
 
 if TYPE_CHECKING:
@@ -55,6 +56,13 @@ class AsyncWorker:
     takes every running job with it, and they wait for their leases (W5). `queuecore
     worker` isolates them in a handler process instead (ADR 0011).
 
+    `timeout` (seconds) is the time limit of the handlers whose kind has none of its own
+    (W8): past it, the lease is marked lost, an `async def` handler's task is cancelled,
+    the job failed with "timed out after S s", and the slot takes its next job without
+    waiting for the handler to end (a sync handler's thread cannot be stopped: it runs on,
+    its outcome discarded). `cancel_grace` is a handler process's (`queuecore worker`):
+    in this process a handler whose lease was lost must see `lost` itself.
+
     `run()` handles SIGTERM and SIGINT when called on the main thread (W4); an
     application whose server owns those calls `stop()` itself, on the loop's thread (a
     second call stops waiting for running handlers).
@@ -76,6 +84,8 @@ class AsyncWorker:
         ack_batch: int = 100,
         ack_seconds: float = 0.05,
         observer: WorkerObserver = NO_OBSERVER,
+        timeout: float | None = None,
+        cancel_grace: float | None = DEFAULT_CANCEL_GRACE,
     ) -> None:
         self.settings = worker_settings(
             queue,
@@ -90,6 +100,8 @@ class AsyncWorker:
             exit_when_idle=exit_when_idle,
             ack_batch=ack_batch,
             ack_seconds=ack_seconds,
+            timeout=timeout,
+            cancel_grace=cancel_grace,
         )
         self.queue = queue
         self.handlers = handlers
@@ -98,6 +110,7 @@ class AsyncWorker:
         self._hurry: asyncio.Event | None = None
         self._wakeups: AsyncWakeups | None = None  # made on the loop, by run(), if it can LISTEN
         self._crash: BaseException | None = None  # a task's bug: run() raises it
+        self._abandoned: set[asyncio.Future[Returned | Raised]] = set()  # past their limit
 
     @property
     def listening(self) -> bool:
@@ -281,10 +294,15 @@ class AsyncWorker:
                 return
             started = time.monotonic()
             self.observer.handler_started(lease.job)
+            limit = self.settings.limits.of(lease.job.kind)
             try:
-                outcome = await async_outcome_of(
+                running = async_outcome_of(
                     self.handlers, lease, pool, max_result_bytes=self.settings.max_result_bytes
                 )
+                if limit is None:
+                    outcome = await running
+                else:
+                    outcome = await self._within(limit, lease, running)
             except BaseException:  # cancelled: a stop gave up waiting, its lease hands it on
                 self._holdings.let_go(lease)
                 raise
@@ -293,6 +311,29 @@ class AsyncWorker:
                 self.observer.handler_ended(lease.job, seconds)
                 self._holdings.ran(seconds)
             await reporter.report(lease, outcome, started)
+
+    async def _within(
+        self, limit: float, lease: AsyncLease, running: Coroutine[Any, Any, Returned | Raised]
+    ) -> Returned | Raised:
+        """The handler's outcome, or, at its time limit (W8), a failure: its lease marked
+        lost and its task cancelled, not waited for (a task that ignores the cancel, or a
+        sync handler's thread, runs on; its outcome is discarded)."""
+        task = asyncio.ensure_future(running)
+        try:
+            done, _ = await asyncio.wait({task}, timeout=limit)
+        except BaseException:  # the slot itself was cancelled (a stop): so is the handler
+            task.cancel()
+            raise
+        if done:
+            return task.result()
+        lease.mark_lost()
+        task.cancel()
+        self._abandoned.add(task)  # held until it ends: the loop keeps weak references
+        task.add_done_callback(self._abandoned.discard)
+        return Raised(
+            f"{timed_out(limit)} (its task was cancelled and is no longer waited for; "
+            "a sync handler's thread runs on)"
+        )
 
 
 class ThroughLoop:

@@ -218,6 +218,11 @@ class AsyncSQLQueue(OptionsView):
         return await self._run(self.ops.release(job))
 
     @reconnecting(after_commit=True)
+    async def held(self, jobs: Sequence[Job]) -> list[bool]:
+        """`Queue.held`, awaited; the same arguments, answer and errors."""
+        return await self._run(self.ops.held(jobs))
+
+    @reconnecting(after_commit=True)
     async def cancel(self, job_id: int) -> bool:
         return await self._run(self.ops.cancel(job_id))
 

@@ -96,6 +96,12 @@ class Backend:
         commits (W6). None where the database cannot notify: workers poll."""
         return []
 
+    def announce_cancel(self, job_id: int) -> list[tuple[Any, dict[str, Any]]]:
+        """Statements that tell the workers, when the cancelling transaction commits,
+        that job `job_id` was cancelled (W9). None where the database cannot notify:
+        workers holding jobs poll for it."""
+        return []
+
     def build(self, ops: Operations) -> None:
         """Add the backend's own statements to `ops` (called once, at the end of its set-up)."""
 

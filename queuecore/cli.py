@@ -30,6 +30,7 @@ from queuecore.supervisor import HandlerProcesses
 from queuecore.table import render
 from queuecore.terminal import printable
 from queuecore.worker import Worker
+from queuecore.worker_settings import DEFAULT_CANCEL_GRACE
 from queuecore.worklog import configure_logging, first_line
 
 STATS_COLUMNS = ("queued", "running", "ready_now", "oldest_ready_age_s", "dead", "cancelled")
@@ -196,6 +197,19 @@ def build_parser() -> argparse.ArgumentParser:
         default=30.0,
         help="how long a claimed job is this worker's before another may take it; "
         "renewed by heartbeats while its handler runs",
+    )
+    worker.add_argument(
+        "--timeout",
+        type=float,
+        metavar="S",
+        help="time limit of the handlers whose kind has none of its own (default: none)",
+    )
+    worker.add_argument(
+        "--cancel-grace",
+        type=float,
+        default=DEFAULT_CANCEL_GRACE,
+        metavar="S",
+        help="kill a handler still running S s after its job was cancelled or its lease lost",
     )
     worker.add_argument(
         "--backoff-base", type=float, default=1.0, help="seconds before the first retry"
@@ -387,6 +401,8 @@ def _worker(args: argparse.Namespace) -> int:
             prefetch=args.prefetch,
             poll_interval=args.poll_interval,
             grace_seconds=args.grace_seconds,
+            timeout=args.timeout,
+            cancel_grace=args.cancel_grace,
             exit_when_idle=args.exit_when_idle,
             ack_batch=args.ack_batch,
             ack_seconds=args.ack_ms / 1000,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import inspect
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from contextvars import ContextVar, Token
@@ -66,11 +67,15 @@ class Lease:
     lost, and stop early: whatever it returns is discarded by the fence anyway.
     """
 
-    __slots__ = ("job", "lost", "reporting")
+    __slots__ = ("claimed", "handed", "job", "lost", "reporting")
 
     def __init__(self, job: Job) -> None:
         self.job = job
         self.lost = threading.Event()
+        #: When the worker claimed it, and when it handed it to a slot (0.0: not yet),
+        #: on time.monotonic(): what claiming ahead is kept within (W9).
+        self.claimed = time.monotonic()
+        self.handed = 0.0
         # Set once the worker starts reporting the outcome: a heartbeat that then finds
         # the job finished is a race with that report, not a lost lease.
         self.reporting = False

@@ -1,10 +1,17 @@
 """The lease keeper (W3): renews every held lease about every lease/3, on a connection of
 its own, and marks a lease lost when the renewal finds the job no longer this worker's,
-so the handler can see it (`current_lease().lost`)."""
+so the handler can see it (`current_lease().lost`).
+
+On the same thread and connection, where no NOTIFY tells of cancels (on PostgreSQL the
+cancel's NOTIFY reaches the worker's listener: `hear_cancels`), it asks every
+CANCEL_POLL seconds, while handlers run, which of their jobs are no longer held, so a
+handler hears of a cancel within about that (W9)."""
 
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 
 from queuecore.handling import Lease
 from queuecore.holdings import Holdings
@@ -13,30 +20,77 @@ from queuecore.protocol import Queue
 from queuecore.reconnect import connection_lost
 from queuecore.worklog import describe, label, log
 
+#: How often a worker without notifications asks whether its running jobs were
+#: cancelled: a handler hears of a cancel within about this long, plus one read (W9).
+CANCEL_POLL = 0.5
 
-def keep_leases(
-    queue: Queue,
-    holdings: Holdings,
-    every: float,
-    finished: threading.Event,
-    observer: WorkerObserver,
-) -> None:
-    """Until `finished`: one round of heartbeats every `every` seconds. A job whose
-    outcome is being reported keeps its lease renewed too (its completion may take a
-    while on a busy database); a renewal that then finds it gone is that report's."""
-    while not finished.wait(every):
-        for lease in holdings.leases():
+
+class LeaseKeeper:
+    def __init__(
+        self,
+        queue: Queue,
+        holdings: Holdings,
+        every: float,
+        finished: threading.Event,
+        observer: WorkerObserver,
+        listening: Callable[[], bool],
+    ) -> None:
+        self.queue = queue
+        self.holdings = holdings
+        self.every = every
+        self.finished = finished
+        self.observer = observer
+        self.listening = listening  # True: NOTIFYs tell of cancels, no poll needed
+
+    def run(self) -> None:
+        """Until `finished`: a round of heartbeats every `every` seconds, and the cancel
+        poll every CANCEL_POLL seconds."""
+        now = time.monotonic()
+        beat, poll = now + self.every, now + CANCEL_POLL
+        while not self.finished.wait(max(0.0, min(beat, poll) - time.monotonic())):
+            now = time.monotonic()
+            if now >= poll:
+                poll = now + CANCEL_POLL
+                if not self.listening():
+                    self._poll_cancels()
+            if now >= beat:
+                beat = now + self.every
+                self._heartbeats()
+
+    def _heartbeats(self) -> None:
+        """A job whose outcome is being reported keeps its lease renewed too (its
+        completion may take a while on a busy database); a renewal that then finds it
+        gone is that report's."""
+        for lease in self.holdings.leases():
             if lease.lost.is_set():
                 continue
             try:
-                held = queue.heartbeat(lease.job)
+                held = self.queue.heartbeat(lease.job)
             except Exception as exc:
                 if connection_lost(exc):  # logged by the queue; the next round tries again
                     break
                 log.warning("heartbeat of %s failed (%s)", label(lease), describe(exc))
                 continue
-            refused = why_refused(queue, lease.job) if refusal(lease, held) else "lease_lost"
-            heard(lease, held, observer, refused)
+            heard(lease, held, self.observer, self._why(lease, held))
+
+    def _poll_cancels(self) -> None:
+        """One read of which running jobs are no longer held: their handlers are told.
+        Nothing is read while the worker runs no handler."""
+        running = self.holdings.running()
+        if not running:
+            return
+        try:
+            answers = self.queue.held([lease.job for lease in running])
+        except Exception as exc:
+            if not connection_lost(exc):  # an outage the queue has logged already
+                log.warning("checking for cancelled jobs failed (%s)", describe(exc))
+            return
+        for lease, held in zip(running, answers, strict=True):
+            if not held and not lease.lost.is_set():
+                heard(lease, held, self.observer, self._why(lease, held))
+
+    def _why(self, lease: Lease, held: bool) -> Refused:
+        return why_refused(self.queue, lease.job) if refusal(lease, held) else "lease_lost"
 
 
 def refusal(lease: Lease, held: bool) -> bool:
@@ -59,3 +113,13 @@ def heard(lease: Lease, held: bool, observer: WorkerObserver, refused: Refused) 
             "was cancelled)",
             label(lease),
         )
+
+
+def hear_cancels(holdings: Holdings, ids: list[int], observer: WorkerObserver) -> None:
+    """A NOTIFY said these jobs were cancelled: the handlers running them hear it (W9).
+    A job claimed ahead and not started is marked too, so it is let go without a read
+    (the check before it starts would find it anyway)."""
+    wanted = set(ids)
+    for lease in holdings.leases():
+        if lease.job.id in wanted and not lease.lost.is_set():
+            heard(lease, False, observer, "cancelled")

@@ -1,5 +1,6 @@
 """Being woken (W6): on PostgreSQL, a LISTEN connection turns NOTIFYs of new jobs into
-an immediate claim; polling stays the fallback, since a notification is only a hint."""
+an immediate claim; polling stays the fallback, since a notification is only a hint.
+The same connection hears of cancelled jobs, so their handlers learn it at once (W9)."""
 
 from __future__ import annotations
 
@@ -26,12 +27,15 @@ class Wakeups:
         wake: threading.Event,
         finished: threading.Event,
         poll_interval: float,
+        cancelled: Callable[[list[int]], None] = lambda ids: None,
     ) -> None:
         self.open_listener = open_listener
         self.queues = queues
         self.wake = wake
         self.finished = finished
         self.poll_interval = poll_interval
+        #: Told the ids of the jobs whose cancel was heard (W9).
+        self.cancelled = cancelled
         #: True while notifications wake the worker; polling is then only a fallback.
         self.listening = False
 
@@ -60,6 +64,9 @@ class Wakeups:
                     names = listener.wait(LISTEN_SLICE)
                     if any(self.queues is None or n in self.queues for n in names):
                         self.wake.set()
+                    heard = listener.cancelled()
+                    if heard:
+                        self.cancelled(heard)
             except Exception as exc:
                 if not said:
                     log.warning("the LISTEN connection failed (%s); polling", describe(exc))

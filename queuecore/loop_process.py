@@ -6,14 +6,18 @@ here unbegun. `queuecore.loop_supervisor` is the worker's side.
 
 Messages are pickled over the socket pair, each naming its job by the ticket the worker
 gave it (the same job may be held twice, by an old lease and a new one). To this
-process: ("slots", n) once, ("jobs", [(ticket, Job), ...]), ("lost", ticket) and
-("stop",). From it, lists of: ("started", [ticket, ...]) before those handlers run, so
-a crash charges only the jobs that had begun (W7); then ("returned", ticket, result,
-seconds) | ("raised", ticket, error, retry_in, permanent, seconds) | ("completing",
-ticket) then ("completed", ticket, done, seconds) or ("raised", ...); and, on a stop,
-("unstarted", [ticket, ...]). A job whose handler returns an effect is completed here, on
-this process's `AsyncQueue`, as in a sync handler process (an effect is a closure, and
-cannot be sent; R10).
+process: ("slots", n) once, ("jobs", [(ticket, Job), ...]), ("lost", ticket),
+("cancel", ticket) and ("stop",). From it, lists of: ("started", [ticket, ...]) before
+those handlers run, so a crash charges only the jobs that had begun (W7); then
+("returned", ticket, result, seconds) | ("raised", ticket, error, retry_in, permanent,
+seconds) | ("completing", ticket) then ("completed", ticket, done, seconds) or
+("raised", ...) | ("cancelled", ticket, seconds), once a task the worker asked to cancel
+(its time limit or cancel grace, W8, W9) ended; and, on a stop, ("unstarted", [ticket,
+...]). Only an `async def` handler's task is cancelled: a sync handler's thread cannot
+be, and the worker kills this process when the job has not ended shortly after.
+
+A job whose handler returns an effect is completed here, on this process's `AsyncQueue`,
+as in a sync handler process (an effect is a closure, and cannot be sent; R10).
 
 The loop reads the worker's messages itself (`add_reader`: no thread between), and the
 worker's socket closing (its end, even by SIGKILL) ends this process as soon as the loop
@@ -35,7 +39,7 @@ from multiprocessing.reduction import send_handle
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from queuecore import tracing
-from queuecore.async_handling import AsyncLease, async_outcome_of
+from queuecore.async_handling import AsyncLease, async_outcome_of, is_async_handler
 from queuecore.handler_process import log, shared_word, supervisor_pid
 from queuecore.handling import Handler, Raised, Returned
 from queuecore.job import Job
@@ -88,7 +92,8 @@ class LoopServing:
         self.slots = 1
         self.waiting: deque[tuple[int, AsyncLease]] = deque()
         self.running: dict[int, AsyncLease] = {}
-        self.tasks: set[asyncio.Task[None]] = set()
+        self.tasks: dict[int, asyncio.Task[None]] = {}  # by ticket, held until done
+        self.cancelled: set[int] = set()  # tickets the worker asked to cancel
         self.outbox: list[tuple[Any, ...]] = []  # to the worker, several to a message
 
     def run(self) -> None:
@@ -118,6 +123,8 @@ class LoopServing:
                     lease = waiting
             if lease is not None:
                 lease.mark_lost()
+        elif what == "cancel":
+            self.cancel(message[1])
         elif what == "stop":  # give back what has not begun (W4)
             self.outbox.append(("unstarted", [ticket for ticket, _ in self.waiting]))
             self.waiting.clear()
@@ -139,9 +146,20 @@ class LoopServing:
         self.outbox.append(("started", begun))
         self.flush()
         for ticket in begun:
-            task = self.loop.create_task(self.serve(ticket, self.running[ticket]))
-            self.tasks.add(task)  # held until done: the loop keeps only weak references
-            task.add_done_callback(self.tasks.discard)
+            # Held until done: the loop keeps only weak references to tasks.
+            self.tasks[ticket] = self.loop.create_task(self.serve(ticket, self.running[ticket]))
+
+    def cancel(self, ticket: int) -> None:
+        """Stop a running `async def` handler's task (W8, W9). A sync handler runs on a
+        thread nothing can stop: its task is left, and the worker kills this process."""
+        lease, task = self.running.get(ticket), self.tasks.get(ticket)
+        if lease is None or task is None:
+            return  # it ended meanwhile: its outcome is on its way
+        handler = self.handlers.get(lease.job.kind)
+        if handler is not None and is_async_handler(handler):
+            self.cancelled.add(ticket)
+            lease.mark_lost()
+            task.cancel()
 
     def tell(self, message: tuple[Any, ...]) -> None:
         """To the worker with the next flush: the outcomes of one pass of the loop share
@@ -158,10 +176,17 @@ class LoopServing:
     async def serve(self, ticket: int, lease: AsyncLease) -> None:
         started = time.monotonic()
         try:
-            outcome = await async_outcome_of(
-                self.handlers, lease, self.pool, max_result_bytes=self.max_result_bytes
-            )
-            if isinstance(outcome, Raised):
+            try:
+                outcome = await async_outcome_of(
+                    self.handlers, lease, self.pool, max_result_bytes=self.max_result_bytes
+                )
+            except asyncio.CancelledError:
+                if ticket not in self.cancelled:
+                    raise
+                outcome = None
+            if ticket in self.cancelled or outcome is None:  # even if it swallowed the cancel
+                self.tell(("cancelled", ticket, time.monotonic() - started))
+            elif isinstance(outcome, Raised):
                 self.tell(raised(ticket, outcome, started))
             elif outcome.effect is None:  # the result (a JSON value) travels back
                 self.tell(("returned", ticket, outcome.result, time.monotonic() - started))
@@ -169,6 +194,8 @@ class LoopServing:
                 await self.complete(ticket, lease.job, outcome, started)
         finally:
             del self.running[ticket]
+            self.tasks.pop(ticket, None)
+            self.cancelled.discard(ticket)
             self.begin()
 
     async def complete(self, ticket: int, job: Job, outcome: Returned, started: float) -> None:

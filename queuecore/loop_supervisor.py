@@ -12,12 +12,23 @@ naming the exit (W7: they were all running in the process that died); a job sent
 not yet begun was not running there, and goes back to the holdings for the next
 process, its attempt uncharged. On a stop (W4) the child gives back the jobs it has not
 begun, and they are released.
+
+The reader also stops a handler it no longer waits for (W8, W9; `queuecore.time_limits`):
+at its time limit, or a cancel grace after its lease was lost, it asks the child to
+cancel the job's task ("cancel", ticket, why), and the job fails with `why`. A task that
+has not ended `CANCEL_WAIT` later (it swallows the cancel, or it is a sync handler on a
+thread, which nothing can cancel) gets its loop process killed: its job fails with `why`,
+and the process's other running jobs are failed as a crash's (W7), naming the reason.
+A batch of jobs that cannot be pickled is sent one by one; a job that cannot go at all
+(W10: a payload nested too deep) fails alone, naming the cause.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import os
+import signal
 import socket
 import threading
 import time
@@ -30,10 +41,14 @@ from typing import Any
 from queuecore.handling import Completed, Crashed, Lease, Outcome, Raised, Returned
 from queuecore.holdings import Holdings
 from queuecore.observer import WorkerObserver
-from queuecore.process_slot import WATCH_SLICE, jobs_ahead
+from queuecore.process_slot import WATCH_SLICE, jobs_ahead, undeliverable
 from queuecore.reporter import Reporter
 from queuecore.supervisor import ForkServer, exit_text
+from queuecore.time_limits import CANCEL_WAIT, NO_LIMITS, StopClock, TimeLimits
 from queuecore.worklog import log
+
+#: How often the reader looks for jobs past their time limit or cancel grace.
+STOP_CHECK = 0.05
 
 
 @dataclass(eq=False, slots=True)
@@ -45,6 +60,8 @@ class Sent:
     begun: float | None = None  # time.monotonic() when the child said its handler began
     told_lost: bool = False
     doing: str = "the handler"
+    clock: StopClock | None = None  # its time limit and cancel grace, if any
+    stopping: tuple[float, str] | None = None  # when the child was asked to cancel it, why
 
 
 @dataclass(slots=True)
@@ -60,9 +77,12 @@ class Roles:
 class LoopProcess:
     """The handler process of all `slots` slots of one worker, forked again after it died."""
 
-    def __init__(self, server: ForkServer, *, slots: int) -> None:
+    def __init__(self, server: ForkServer, *, slots: int, limits: TimeLimits = NO_LIMITS) -> None:
         self.server = server
         self.slots = slots
+        self.limits = limits
+        self._killed: dict[Connection, Sent] = {}  # the job a process was killed to stop
+        self._next_check = 0.0  # when _stop_due looks at the jobs out again
         self._lock = threading.Lock()  # the process's socket and the jobs out
         self._room = threading.Condition(self._lock)  # a job came back, or the process died
         self._send = threading.Lock()  # one message at a time on the socket
@@ -137,10 +157,9 @@ class LoopProcess:
                 room = self.slots + jobs_ahead(holdings.handler_seconds) - len(self._out)
             if conn is None:
                 return True
-            lease = holdings.next_waiting()
-            if lease is None:
+            leases = holdings.take(max(1, room))  # checked in one read (W9)
+            if leases is None:
                 return False
-            leases = [lease, *holdings.more_waiting(room - 1)]
             with self._lock:
                 if self._conn is not conn:  # it died meanwhile: they were never sent
                     self._give_back(leases)
@@ -148,11 +167,32 @@ class LoopProcess:
                 jobs = []
                 for lease in leases:
                     ticket = next(self._tickets)
-                    self._out[ticket] = Sent(lease, conn)
+                    clock = self.limits.clock(lease.job.kind)
+                    self._out[ticket] = Sent(lease, conn, clock=clock)
                     jobs.append((ticket, lease.job))
             # Out before sent: if the child died meanwhile, its reader finds them out
             # and gives them back with the rest.
+            self._send_jobs(conn, jobs)
+
+    def _send_jobs(self, conn: Connection, jobs: list[tuple[int, Any]]) -> None:
+        """Send the jobs in one message; when that cannot be pickled, one by one, each
+        job that cannot go at all failing alone (W10). Pickling comes before any write."""
+        try:
             self._tell(conn, ("jobs", jobs))
+            return
+        except Exception:  # each job is tried alone below
+            pass
+        for ticket, job in jobs:
+            try:
+                self._tell(conn, ("jobs", [(ticket, job)]))
+            except Exception as exc:
+                with self._lock:
+                    sent = self._out.pop(ticket, None)
+                    self._room.notify_all()
+                if sent is not None:
+                    assert self._roles is not None
+                    failed = Raised(undeliverable(exc))
+                    self._report(self._roles.reporter.report, sent.lease, failed, time.monotonic())
 
     def _finish(self) -> None:
         """Stopping: the child gives back the jobs it has not begun; wait for the rest."""
@@ -216,6 +256,7 @@ class LoopProcess:
                     for message in conn.recv():
                         self._take(message)
                 self._tell_lost(conn)
+                self._stop_due(pid, conn)
         except (EOFError, OSError):
             pass
         with self._lock:
@@ -224,6 +265,7 @@ class LoopProcess:
             orphans = [t for t, sent in self._out.items() if sent.conn is conn]
             ended = [self._out.pop(t) for t in orphans]
             self._room.notify_all()
+        killed = self._killed.pop(conn, None)
         conn.close()
         code = self.server.wait(pid)
         assert self._roles is not None
@@ -233,9 +275,22 @@ class LoopProcess:
             if sent.begun is None:
                 continue
             roles.observer.handler_ended(sent.lease.job, time.monotonic() - sent.begun)
-            crashed = Crashed(
-                f"its handler process (pid {pid}) {exit_text(code)} while running {sent.doing}"
-            )
+            crashed: Outcome
+            if sent is killed and sent.stopping is not None:
+                why = sent.stopping[1]
+                crashed = Raised(
+                    f"{why} (its task did not end when cancelled: its handler process, "
+                    f"pid {pid}, was killed)"
+                )
+            elif killed is not None:
+                crashed = Crashed(
+                    f"its handler process (pid {pid}) was killed while running {sent.doing}, "
+                    f"to stop job {killed.lease.job.id}, whose task did not end when cancelled"
+                )
+            else:
+                crashed = Crashed(
+                    f"its handler process (pid {pid}) {exit_text(code)} while running {sent.doing}"
+                )
             self._report(roles.reporter.report, sent.lease, crashed, sent.begun)
 
     def _take(self, message: tuple[Any, ...]) -> None:
@@ -256,6 +311,18 @@ class LoopProcess:
                 self._room.notify_all()
             for sent in given:
                 self._report(roles.reporter.release, sent.lease)
+            return
+        if kind == "cancelled":  # a task stopped by its limit or grace: fails with why
+            with self._lock:
+                sent = self._out.pop(message[1])
+                self._room.notify()
+            seconds = message[-1]
+            roles.observer.handler_ended(sent.lease.job, seconds)
+            why = sent.stopping[1] if sent.stopping is not None else "cancelled"
+            since = sent.begun if sent.begun is not None else time.monotonic() - seconds
+            self._report(
+                roles.reporter.report, sent.lease, Raised(f"{why} (its task was cancelled)"), since
+            )
             return
         if kind == "completing":  # a heartbeat finding it done is no loss
             with self._lock:
@@ -281,6 +348,31 @@ class LoopProcess:
             roles.reporter.report(sent.lease, outcome, since)
         else:
             self._report(roles.reporter.report, sent.lease, outcome, since)
+
+    def _stop_due(self, pid: int, conn: Connection) -> None:
+        """Ask the child to cancel each task past its time limit or cancel grace (W8,
+        W9), and kill the process when one has not ended `CANCEL_WAIT` after that.
+        Looked at every `STOP_CHECK` seconds, not at every message: the reader runs once
+        per batch of outcomes, and the limits need no finer grain than that."""
+        now = time.monotonic()
+        if now < self._next_check:
+            return
+        self._next_check = now + STOP_CHECK
+        with self._lock:
+            running = [
+                (t, s) for t, s in self._out.items() if s.clock is not None and s.begun is not None
+            ]
+        for ticket, sent in running:
+            if sent.stopping is None:
+                assert sent.clock is not None and sent.begun is not None
+                why = sent.clock.why_stop(sent.begun, sent.lease.lost.is_set(), now)
+                if why is not None:
+                    sent.stopping = (now, why)
+                    self._tell(conn, ("cancel", ticket))
+            elif now - sent.stopping[0] >= CANCEL_WAIT and conn not in self._killed:
+                self._killed[conn] = sent
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
 
     def _tell_lost(self, conn: Connection) -> None:
         with self._lock:

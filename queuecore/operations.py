@@ -27,6 +27,8 @@ from queuecore.shaping import ID, PRIORITY, READY_AT, STATE
 from queuecore.statement_set import PURGEABLE, StatementSet
 
 ERROR_TEXT_LIMIT = 2000
+#: The most jobs one read of `held` asks about (a statement of this many parameters).
+HELD_BATCH = 256
 
 Clock = Callable[[], float]
 
@@ -286,12 +288,38 @@ class Operations(StatementSet):
     def release(self, job: Job) -> Hot[bool]:
         return Hot([(self.hot_release, self.fence(job))], _changed)
 
+    def held(self, jobs: Sequence[Job]) -> Hot[list[bool]] | Ready[list[bool]]:
+        """W9: per job, whether its claim still holds it (its fence would pass, R09), in
+        one read per HELD_BATCH jobs: what a worker asks before it hands jobs claimed
+        ahead to their handlers (a cancelled one never starts), and, where no NOTIFY
+        tells it, every fraction of a second while handlers run (a cancel is heard)."""
+        batch = list(jobs)
+        if not batch:
+            return Ready([])
+        found: dict[int, str] = {}
+
+        def round_of(start: int) -> Hot[list[bool]]:
+            part = batch[start : start + HELD_BATCH]
+            size = 1 << (len(part) - 1).bit_length()  # a few shapes, each compiled once
+            params = self.params(
+                **{f"job_{i}": part[min(i, len(part) - 1)].id for i in range(size)}
+            )
+
+            def finish(outcomes: list[Outcome]) -> list[bool] | Hot[list[bool]]:
+                found.update((row[0], row[1]) for row in outcomes[0][1])
+                if start + HELD_BATCH < len(batch):
+                    return round_of(start + HELD_BATCH)
+                return [found.get(job.id) == job.lease_token for job in batch]
+
+            return Hot([(self.held_statement(size), params)], finish)
+
+        return round_of(0)
+
     def cancel(self, job_id: int) -> Tx[bool]:
         """R25: a queued or running job becomes cancelled; a running holder is fenced off
         (its reports change nothing, its next heartbeat says the job is lost)."""
-        return Tx(
-            programs.changed_one(Run(self.stmt_cancel, self.params(job_id=validate.job_id(job_id))))
-        )
+        job_id = validate.job_id(job_id)
+        return Tx(programs.cancel(self, Run(self.stmt_cancel, self.params(job_id=job_id)), job_id))
 
     # --- operating --------------------------------------------------------------------
 

@@ -11,6 +11,13 @@ What a crash costs stays what W7 promises: the child writes the number of each j
 a word it shares with the worker before starting it, so once it died the slot knows the
 one job it took with it (failed at once, the exit named); the jobs sent after that one
 never started and are given back uncharged (R14), as on a stop (W4).
+
+The slot also stops a handler it no longer waits for (W8, W9; `queuecore.time_limits`):
+at its time limit, or a cancel grace after its lease was lost, it kills the handler
+process, and the death is then that job's, with the reason as its error (a job the
+process had only just started when the kill landed is given back uncharged). A job that
+cannot be sent to the process at all (a payload too deep to pickle, W10) fails alone,
+naming the cause; the slot goes on.
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ from __future__ import annotations
 import contextlib
 import itertools
 import mmap
+import os
+import signal
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -31,6 +40,8 @@ from queuecore.holdings import Holdings
 from queuecore.observer import WorkerObserver
 from queuecore.reporter import Reporter
 from queuecore.supervisor import ForkServer, HandlerProcessError, exit_text
+from queuecore.time_limits import NO_LIMITS, StopClock, TimeLimits
+from queuecore.worklog import describe
 
 #: Jobs a handler process holds beyond the one it runs: one, so that it never waits
 #: between two jobs, and, while its handlers are short, up to AHEAD_MOST, about
@@ -45,6 +56,13 @@ AHEAD_MOST = 8
 LONG_SECONDS = 0.25
 LONG_FACTOR = 20
 WATCH_SLICE = 0.1  # the longest wait for a message before leases and stop are looked at
+
+
+def undeliverable(exc: BaseException) -> str:
+    """The error of a job that cannot be handed to a handler process (W10)."""
+    return (
+        f"the job cannot be sent to its handler process ({describe(exc)}); its payload is the cause"
+    )
 
 
 def jobs_ahead(handler_seconds: float | None) -> int:
@@ -71,6 +89,15 @@ class Sent:
     started: float = 0.0  # time.monotonic() when it became the oldest job out
     told_lost: bool = False
     effect: bool = False  # the child said it is committing the job's effect
+    clock: StopClock | None = None  # its time limit and cancel grace, if any
+
+
+@dataclass(frozen=True, slots=True)
+class Killed:
+    """The slot killed its handler process to stop the job numbered `number`, `why`."""
+
+    number: int
+    why: str
 
 
 @dataclass(slots=True)
@@ -86,9 +113,11 @@ class HandlerProcess:
 
     slots = 1
 
-    def __init__(self, server: ForkServer) -> None:
+    def __init__(self, server: ForkServer, limits: TimeLimits = NO_LIMITS) -> None:
         self.server = server
+        self.limits = limits
         self._child: Child | None = None
+        self._killed: Killed | None = None
 
     @property
     def started(self) -> bool:
@@ -159,18 +188,21 @@ class HandlerProcess:
                     if more is None:
                         return False
                     if more:
-                        sent = [Sent(next(child.numbers), lease) for lease in more]
-                        if not out:
-                            self._begin(sent[0], observer)
+                        sent = [self._sent(next(child.numbers), lease) for lease in more]
+                        idle = not out
                         # Out before sent: if the child died meanwhile, the send fails
                         # and these jobs are given back with the rest, not forgotten
                         # under leases this worker would renew for ever.
                         out.extend(sent)
-                        child.conn.send(("jobs", [(s.number, s.lease.job) for s in sent]))
+                        self._send_jobs(child, sent, out, reporter)
+                        if idle and out:
+                            self._begin(out[0], observer)
                 for s in out:
                     if s.lease.lost.is_set() and not s.told_lost:
                         child.conn.send(("lost", s.number))
                         s.told_lost = True
+                if out and self._killed is None:
+                    self._stop_if_due(child, out[0])
                 if child.conn.poll(WATCH_SLICE):
                     message = child.conn.recv()
                     if message[0] == "unstarted":  # the last ones sent, dropped on ("stop",)
@@ -186,16 +218,51 @@ class HandlerProcess:
         self._died(child, out, reporter, observer)
         return True
 
+    def _sent(self, number: int, lease: Lease) -> Sent:
+        return Sent(number, lease, clock=self.limits.clock(lease.job.kind))
+
+    @staticmethod
+    def _send_jobs(child: Child, sent: list[Sent], out: deque[Sent], reporter: Reporter) -> None:
+        """Send the jobs in one message; when that cannot be pickled (W10: a payload nested
+        too deep, say), send them one by one, and fail each job that cannot go, alone,
+        naming why. A pickling error leaves nothing on the socket: it pickles first."""
+        try:
+            child.conn.send(("jobs", [(s.number, s.lease.job) for s in sent]))
+            return
+        except (EOFError, OSError):
+            raise  # the child died: the caller gives every job out back
+        except Exception:  # each job is tried alone below
+            pass
+        for s in sent:
+            try:
+                child.conn.send(("jobs", [(s.number, s.lease.job)]))
+            except (EOFError, OSError):
+                raise
+            except Exception as exc:
+                out.remove(s)
+                reporter.report(s.lease, Raised(undeliverable(exc)), time.monotonic())
+
+    def _stop_if_due(self, child: Child, running: Sent) -> None:
+        """Kill the handler process once the job it runs is past its time limit, or past
+        the cancel grace after its lease was lost (W8, W9); its death, seen next, is then
+        that job's, failed with `why`."""
+        clock = running.clock
+        if clock is None:
+            return
+        why = clock.why_stop(running.started, running.lease.lost.is_set(), time.monotonic())
+        if why is None:
+            return
+        self._killed = Killed(running.number, why)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.pid, signal.SIGKILL)
+
     def _more(self, holdings: Holdings, out: int) -> list[Lease] | None:
         """The jobs to send now: none needed, or the next ones claimed (waiting for one
         when the child has none); None once stopping."""
         ahead = jobs_ahead(holdings.handler_seconds)
         if out:  # with enough at hand, wait until several can go in one message
             return [] if 2 * out > ahead + 1 else holdings.more_waiting(ahead + 1 - out)
-        lease = holdings.next_waiting()
-        if lease is None:
-            return None
-        return [lease, *holdings.more_waiting(ahead)]
+        return holdings.take(ahead + 1)  # checked in one read (W9)
 
     @staticmethod
     def _begin(sent: Sent, observer: WorkerObserver) -> None:
@@ -239,12 +306,20 @@ class HandlerProcess:
         (running,) = RUNNING.unpack_from(child.running)
         child.running.close()
         code = self.server.wait(child.pid)
+        killed, self._killed = self._killed, None
         if out:
             first = out[0]
             observer.handler_ended(first.lease.job, time.monotonic() - first.started)
         for sent in out:
             if sent.number != running:
                 reporter.release(sent.lease)
+                continue
+            if killed is not None:
+                if killed.number != running:  # it had just started when the kill landed
+                    reporter.release(sent.lease)
+                    continue
+                stopped = Raised(f"{killed.why} (its handler process, pid {child.pid}, was killed)")
+                reporter.report(sent.lease, stopped, sent.started)
                 continue
             doing = (
                 "the handler's effect (the completion did not commit)"

@@ -22,6 +22,17 @@ def changed_one(run: Run) -> Program[bool]:
     return result.rowcount == 1
 
 
+def cancel(ops: Operations, run: Run, job_id: int) -> Program[bool]:
+    """R25, and W9: a cancel that changed the job tells the workers at its commit, where
+    the database can notify (PostgreSQL), so a handler hears it at once."""
+    result: CursorResult[Any] = yield run
+    if result.rowcount != 1:
+        return False
+    for announce in ops.backend.announce_cancel(job_id):
+        yield Run(*announce)
+    return True
+
+
 def insert_deduplicated(ops: Operations, stmt: Any, row: dict[str, Any]) -> Program[EnqueueResult]:
     # The existing row may be purged between the two statements: then insert again.
     while True:

@@ -379,6 +379,12 @@ class Queue(Protocol):
         `queue` each filter by one value or a list (None: all) (R31)."""
         ...
 
+    def held(self, jobs: Sequence[Job]) -> list[bool]:
+        """For workers: per job, whether its claim still holds it (its fence would pass).
+        A read that writes nothing, so that a cancelled job claimed ahead never starts
+        (W9)."""
+        ...
+
     def cancel(self, job_id: int) -> bool:
         """Cancel a queued or running job: it becomes cancelled and never runs (again); a
         running handler finds out at its next heartbeat. Returns True, or False when the
@@ -595,6 +601,12 @@ class AsyncQueue(Protocol):
         `queue` each filter by one value or a list (None: all) (R31)."""
         ...
 
+    async def held(self, jobs: Sequence[Job]) -> list[bool]:
+        """For workers: per job, whether its claim still holds it (its fence would pass).
+        A read that writes nothing, so that a cancelled job claimed ahead never starts
+        (W9)."""
+        ...
+
     async def cancel(self, job_id: int) -> bool:
         """Cancel a queued or running job: it becomes cancelled and never runs (again); a
         running handler finds out at its next heartbeat. Returns True, or False when the
@@ -647,6 +659,10 @@ class Listener(Protocol):
 
     def wait(self, timeout: float) -> list[str]:
         """Names of the queues that got new jobs, or [] after `timeout` seconds."""
+        ...
+
+    def cancelled(self) -> list[int]:
+        """The ids of the jobs whose cancel it heard since the last call (W9)."""
         ...
 
     def close(self) -> None:

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from queuecore import validate
 from queuecore.handling import Handler
 from queuecore.schedules import Missed, Schedule
 
@@ -22,18 +23,21 @@ class Registry(Mapping[str, Handler]):
         def send_email(job): ...
 
     A plain dict serves a worker just as well; this only refuses a kind registered twice,
-    which would otherwise silently run the wrong code, and holds periodic schedules.
+    which would otherwise silently run the wrong code, holds periodic schedules, and the
+    kinds' time limits (W8: `@jobs.handler("report", timeout=300)`, in seconds).
     """
 
     def __init__(self, handlers: Mapping[str, Handler] | None = None) -> None:
         self._handlers: dict[str, Handler] = {}
         self._schedules: dict[str, Schedule] = {}
+        self._timeouts: dict[str, float] = {}
         for kind, fn in (handlers or {}).items():
             self.add(kind, fn)
 
-    def add(self, kind: str, fn: Handler) -> None:
+    def add(self, kind: str, fn: Handler, *, timeout: float | None = None) -> None:
         """Register `fn` as the handler of jobs of `kind` (what `@registry.handler(kind)`
-        does). Raises ValueError when `kind` has a handler already, TypeError when `fn`
+        does), with its own time limit in seconds if `timeout` is given. Raises ValueError
+        when `kind` has a handler already or `timeout` is not positive, TypeError when `fn`
         is not callable."""
         if not isinstance(kind, str) or not kind:
             raise ValueError(f"kind must be a non-empty string, got {kind!r}")
@@ -41,16 +45,24 @@ class Registry(Mapping[str, Handler]):
             raise TypeError(f"the handler for {kind!r} is not callable: {fn!r}")
         if kind in self._handlers:
             raise ValueError(f"kind {kind!r} already has a handler: {self._handlers[kind]!r}")
+        if timeout is not None:
+            self._timeouts[kind] = validate.positive_seconds("timeout", timeout)
         self._handlers[kind] = fn
 
-    def handler(self, kind: str) -> Callable[[Handler], Handler]:
-        """Decorator: register the function as the handler of `kind`; returns it unchanged."""
+    def handler(self, kind: str, *, timeout: float | None = None) -> Callable[[Handler], Handler]:
+        """Decorator: register the function as the handler of `kind`; returns it unchanged.
+        `timeout` (seconds) is its time limit, over the worker's `--timeout` (W8)."""
 
         def register(fn: Handler) -> Handler:
-            self.add(kind, fn)
+            self.add(kind, fn, timeout=timeout)
             return fn
 
         return register
+
+    @property
+    def timeouts(self) -> Mapping[str, float]:
+        """The kinds that have a time limit of their own, in seconds (W8)."""
+        return dict(self._timeouts)
 
     def periodic(
         self,

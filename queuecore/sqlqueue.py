@@ -240,6 +240,13 @@ class SQLQueue(OptionsView):
         return self._run(self.ops.release(job))
 
     @reconnecting(after_commit=True)
+    def held(self, jobs: Sequence[Job]) -> list[bool]:
+        """For workers: per job, whether its claim still holds it (a cancel or a lost
+        lease says False). One read that writes nothing, made just before jobs claimed
+        ahead are handed to their slots, so a cancelled one never starts (W9)."""
+        return self._run(self.ops.held(jobs))
+
+    @reconnecting(after_commit=True)
     def cancel(self, job_id: int) -> bool:
         return self._run(self.ops.cancel(job_id))
 

@@ -60,6 +60,7 @@ class StatementSet:
         self._lists: dict[tuple[tuple[str, ...] | None, bool, bool], Any] = {}
         self._plans: dict[tuple[bool, int | None, int | None], ClaimPlan] = {}
         self._steps: dict[tuple[int | None, int | None], ClaimSteps] = {}
+        self._held: dict[int, Compiled] = {}
         self.hot_complete = self.compile(self.stmt_complete)
         self.hot_complete_result = self.compile(self.stmt_complete_result)
         self.hot_fail_retry = self.compile(s.fail_retry(now))
@@ -116,6 +117,13 @@ class StatementSet:
             )
             self._lists[key] = stmt
         return stmt
+
+    def held_statement(self, count: int) -> Compiled:
+        """`held`'s read of `count` jobs, compiled on first use."""
+        compiled = self._held.get(count)
+        if compiled is None:
+            compiled = self._held[count] = self.compile(statements.held_of(self.now_sql, count))
+        return compiled
 
     def claim_steps(self, queue_count: int | None, kind_count: int | None) -> ClaimSteps:
         """The statements of a claim in steps (`queuecore.claim_steps`) for this shape."""

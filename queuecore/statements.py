@@ -253,6 +253,15 @@ def _fenced(now: Now) -> ColumnElement[bool]:
     )
 
 
+def held_of(now: Now, count: int) -> AnySelect:
+    """W9: which of `count` jobs (`job_0` …) are still held, and under which token: the
+    read of the fence (R09) a worker makes before it hands jobs claimed ahead to their
+    handlers, and while they run, to learn of a cancel. It writes nothing: on SQLite it
+    takes no write lock, on the others no row lock. The caller compares the tokens."""
+    ids = [bindparam(f"job_{i}", type_=BigInteger) for i in range(count)]
+    return select(jobs.c.id, jobs.c.lease_token).where(jobs.c.id.in_(ids), _held(now))
+
+
 def complete(now: Now) -> Update:
     return update(jobs).where(_fenced(now)).values(state=DONE, finished_at=now, lease_token=None)
 

@@ -9,7 +9,8 @@ Each role has a module of its own, so another kind of worker can share the polic
   its own (W7);
 - `queuecore.reporter` (with `queuecore.acks`, the ack window): tells the queue what
   became of each job;
-- `queuecore.leases`: one thread extends every held lease about every lease/3 (W3);
+- `queuecore.leases`: one thread extends every held lease about every lease/3 (W3),
+  and tells running handlers of a cancel within a second (W9);
 - `queuecore.listener`: on PostgreSQL, NOTIFYs of new jobs wake the claimer (W6);
 - `queuecore.holdings`: the jobs held, which all of them share.
 - `queuecore.signals`: SIGTERM and SIGINT stop it gracefully (W4).
@@ -28,7 +29,7 @@ from queuecore.async_handling import runs_on_event_loop
 from queuecore.claimer import Claimer
 from queuecore.handling import Handler
 from queuecore.holdings import Holdings
-from queuecore.leases import keep_leases
+from queuecore.leases import LeaseKeeper, hear_cancels
 from queuecore.listener import Wakeups
 from queuecore.loop_supervisor import LoopProcess
 from queuecore.observer import NO_OBSERVER, WorkerObserver
@@ -39,7 +40,7 @@ from queuecore.schedules import scheduler_threads
 from queuecore.signals import serve_until_signalled
 from queuecore.slots import InThread, Runner
 from queuecore.supervisor import ForkServer, HandlerProcesses
-from queuecore.worker_settings import worker_settings
+from queuecore.worker_settings import DEFAULT_CANCEL_GRACE, worker_settings
 from queuecore.worklog import log
 
 
@@ -69,6 +70,13 @@ class Worker:
     (see `queuecore.claimer`); jobs claimed ahead and not started are released at a
     stop, uncharged (W4).
 
+    `timeout` (seconds) is the time limit of the handlers whose kind has none of its own
+    (`@REGISTRY.handler(kind, timeout=S)`), W8: a handler process past it is killed and
+    its job failed with "timed out after S s"; a handler on the worker's threads cannot be
+    killed: its lease is marked lost, its job failed, and its slot stops waiting for it.
+    `cancel_grace` (W9): a handler process still running that long after its lease was
+    lost (a cancel, or a lease that ran out) is killed and its slot freed; None never.
+
     The worker keeps a record of itself in the database (R33, `workers()`), written at its
     start and every heartbeat interval, and removed when it stops.
 
@@ -93,6 +101,8 @@ class Worker:
         ack_seconds: float = 0.05,
         handler_processes: HandlerProcesses | None = None,
         observer: WorkerObserver = NO_OBSERVER,
+        timeout: float | None = None,
+        cancel_grace: float | None = DEFAULT_CANCEL_GRACE,
     ) -> None:
         settings = worker_settings(
             queue,
@@ -107,6 +117,8 @@ class Worker:
             exit_when_idle=exit_when_idle,
             ack_batch=ack_batch,
             ack_seconds=ack_seconds,
+            timeout=timeout,
+            cancel_grace=cancel_grace,
         )
         self.queue = queue
         self.handlers = handlers
@@ -119,6 +131,7 @@ class Worker:
         self.handler_processes = handler_processes
         self.observer = observer  # told what the worker does, e.g. for metrics
         self.max_result_bytes = settings.max_result_bytes
+        self.limits = settings.limits
         self._fork_server = (
             None
             if handler_processes is None
@@ -132,8 +145,10 @@ class Worker:
                     "this registry has async def handlers: run it with queuecore.AsyncWorker, "
                     "or give handler_processes= (as `queuecore worker` does)"
                 )
-            self._loop_process = LoopProcess(self._fork_server, slots=self.concurrency)
-        self._holdings = Holdings()
+            self._loop_process = LoopProcess(
+                self._fork_server, slots=self.concurrency, limits=self.limits
+            )
+        self._holdings = Holdings(checked=True)
         self._hurry = threading.Event()  # a second stop: do not wait for running handlers
         self._finished = threading.Event()  # heartbeat and listener threads end
         self._crash: BaseException | None = None
@@ -155,6 +170,7 @@ class Worker:
                 wake=self._holdings.wake,
                 finished=self._finished,
                 poll_interval=self.poll_interval,
+                cancelled=self._cancelled,
             )
         self._claimer = Claimer(
             queue,
@@ -169,6 +185,7 @@ class Worker:
             exit_when_idle=settings.exit_when_idle,
             listening=lambda: self.listening,
             observer=observer,
+            release=self._reporter.release,
         )
 
     @property
@@ -220,19 +237,15 @@ class Worker:
             threading.Thread(target=self._slot, args=(runner,), name=f"queuecore-slot-{i}")
             for i, runner in enumerate(runners)
         ]
-        helpers = [
-            threading.Thread(
-                target=keep_leases,
-                args=(
-                    self.queue,
-                    self._holdings,
-                    self.heartbeat_seconds,
-                    self._finished,
-                    self.observer,
-                ),
-                name="queuecore-heartbeat",
-            )
-        ]
+        keeper = LeaseKeeper(
+            self.queue,
+            self._holdings,
+            self.heartbeat_seconds,
+            self._finished,
+            self.observer,
+            lambda: self.listening,
+        )
+        helpers = [threading.Thread(target=keeper.run, name="queuecore-heartbeat")]
         mine = presence.record(
             self.queues, sorted(self.handlers), self.concurrency, self.heartbeat_seconds
         )
@@ -268,6 +281,10 @@ class Worker:
                 thread.join(timeout=2)
             log.info("worker %s stopped", self.name)
 
+    def _cancelled(self, ids: list[int]) -> None:
+        """PostgreSQL told of cancelled jobs: the handlers running them hear it (W9)."""
+        hear_cancels(self._holdings, ids, self.observer)
+
     def _running(self) -> int:
         return len(self._holdings.leases())
 
@@ -280,6 +297,8 @@ class Worker:
             if left <= 0:
                 break
             self._hurry.wait(min(left, 0.05))
+        for lease in self._holdings.left_over():
+            self._reporter.release(lease)
         self._reporter.close()  # the finished jobs' completions commit before the exit
         if self._fork_server is not None:
             self._fork_server.close()
@@ -302,8 +321,11 @@ class Worker:
         if self._loop_process is not None:
             return [self._loop_process]
         if self._fork_server is None:
-            return [InThread(self.handlers, self.max_result_bytes) for _ in range(self.concurrency)]
-        return [HandlerProcess(self._fork_server) for _ in range(self.concurrency)]
+            return [
+                InThread(self.handlers, self.max_result_bytes, self.limits)
+                for _ in range(self.concurrency)
+            ]
+        return [HandlerProcess(self._fork_server, self.limits) for _ in range(self.concurrency)]
 
     def _slot(self, runner: Runner) -> None:
         """A slot whose runner failed (a handler process that cannot start) stops the

@@ -12,6 +12,10 @@ from typing import Any
 
 from queuecore import validate
 from queuecore.handling import DEFAULT_MAX_RESULT_BYTES
+from queuecore.time_limits import TimeLimits, time_limits
+
+#: Seconds a handler process may run on after its lease was lost (W9): then it is killed.
+DEFAULT_CANCEL_GRACE = 10.0
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,8 @@ class WorkerSettings:
     ack_seconds: float
     #: The result size a handler may return (R24): checked where the handler runs.
     max_result_bytes: int
+    #: When a running handler is stopped (W8, W9): its time limit, the cancel grace.
+    limits: TimeLimits
 
 
 def worker_settings(
@@ -45,6 +51,8 @@ def worker_settings(
     exit_when_idle: float | None,
     ack_batch: int,
     ack_seconds: float,
+    timeout: float | None = None,
+    cancel_grace: float | None = DEFAULT_CANCEL_GRACE,
 ) -> WorkerSettings:
     """Check a worker's options (R22: bad input raises at once, naming the option)."""
     if not isinstance(handlers, Mapping):
@@ -74,4 +82,11 @@ def worker_settings(
         ack_batch=validate.at_least("ack_batch", ack_batch, 1),
         ack_seconds=validate.non_negative_seconds("ack_seconds", ack_seconds),
         max_result_bytes=getattr(queue, "max_result_bytes", None) or DEFAULT_MAX_RESULT_BYTES,
+        limits=time_limits(
+            handlers,
+            None if timeout is None else validate.positive_seconds("timeout", timeout),
+            None
+            if cancel_grace is None
+            else validate.non_negative_seconds("cancel_grace", cancel_grace),
+        ),
     )

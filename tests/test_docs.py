@@ -34,6 +34,7 @@ GUIDES = (
     "reference/api.md",
     "reference/options.md",
     "how-to/workers.md",
+    "how-to/time-limits.md",
     "how-to/periodic.md",
     "how-to/testing.md",
     "tutorial.md",

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from queuecore import Job, Registry, current_lease
 from queuecore.demo.jobs import record
+from queuecore.handler_process import supervisor_pid
 from queuecore.protocol import Effect
 
 REGISTRY = Registry()
@@ -75,3 +76,22 @@ REPORTS = Registry()
 @REPORTS.handler("sales_report")
 def sales_report(job: Job) -> Effect:
     return record(job)
+
+
+@REGISTRY.handler("tally")
+def tally(job: Job) -> None:
+    """Writes down that it started (its kind, the worker it ran under, its id) in the
+    payload's file, then takes the payload's seconds: the tests count handler starts
+    there, not in the queue's own tables."""
+    with open(job.payload["log"], "a") as out:
+        out.write(f"{job.payload.get('tag', '-')} {supervisor_pid()} {job.id}\n")
+    time.sleep(job.payload.get("seconds", 0))
+
+
+@REGISTRY.handler("watch-cancel")
+def watch_cancel(job: Job) -> None:
+    """Says it started, waits to hear that its job was lost (W9: cancelled), and writes
+    down the wall-clock time it heard, for the test to compare with its cancel."""
+    Path(job.payload["started"]).touch()
+    if current_lease().lost.wait(job.payload["seconds"]):
+        Path(job.payload["seen"]).write_text(repr(time.time()))
