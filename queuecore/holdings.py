@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from queuecore.handling import Lease
 from queuecore.job import Job
+from queuecore.reconnect import connection_lost
 from queuecore.worklog import label, log
 
 #: Asks the queue which of these jobs their claims still hold (`Queue.held`).
@@ -122,7 +123,8 @@ class Holdings:
             try:
                 answers = self._ask([lease.job for lease in asked])
             except Exception as exc:
-                log.warning("cannot check the jobs claimed ahead (%s); trying again", exc)
+                if not connection_lost(exc):  # an outage is the queue's to log, once
+                    log.warning("cannot check the jobs claimed ahead (%s); trying again", exc)
                 self._put_back(taken)
                 return None
             lost += [lease for lease, held in zip(asked, answers, strict=True) if not held]

@@ -39,7 +39,7 @@ from tests.faults.outage import (
 pytestmark = [pytest.mark.postgresql_only, pytest.mark.xdist_group("private-pg"), pytest.mark.slow]
 
 TERMINATE_ROUNDS = 3
-LISTEN = "LISTEN queuecore"  # the last statement a worker's listening connection ran
+LISTEN = "LISTEN queuecore%"  # the last statement a worker's listening connection ran
 
 Fault = Callable[[PrivateCluster, str], None]
 """Breaks every connection to one database of the cluster."""
@@ -85,7 +85,7 @@ def test_workers_outlast_the_fault_and_every_job_ends_right(
         count = scalar(
             database,
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND query = :listen",
+            "AND query LIKE :listen",
             listen=LISTEN,
         )
         return bool(count == WORKERS)
