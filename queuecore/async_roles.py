@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 
 from queuecore.async_handling import AsyncLease
 from queuecore.claimer import FIRST_IDLE_PAUSE, active_limit
-from queuecore.holdings import room_for_claims, running_mean
+from queuecore.holdings import FRESH_SECONDS, room_for_claims, running_mean
 from queuecore.job import Job
-from queuecore.leases import heard, refusal
+from queuecore.leases import CANCEL_POLL, heard, refusal
 from queuecore.observer import WorkerObserver, why_refused_async
 from queuecore.reconnect import connection_lost
 from queuecore.unserved import UnservedNotice
@@ -60,11 +60,54 @@ class AsyncHoldings:
                 self.waiting.append(lease)
             self.work.notify(len(jobs))
 
-    async def next_waiting(self) -> AsyncLease | None:
-        """The next claimed job for a free task; None once stopping."""
+    async def next_waiting(self, queue: AsyncQueue) -> AsyncLease | None:
+        """The next claimed job for a free task, still held (W9): one that waited here
+        longer than FRESH_SECONDS since its claim is read again first (`queue.held`),
+        so a job cancelled while claimed ahead is let go, never started. None once
+        stopping."""
+        pause = FIRST_IDLE_PAUSE
+        while True:
+            async with self.work:
+                await self.work.wait_for(lambda: self.waiting or self.stopping.is_set())
+                if self.stopping.is_set():
+                    return None
+                lease = self.waiting.popleft()
+            held = not lease.lost.is_set()
+            if held and lease.claimed < time.monotonic() - FRESH_SECONDS:
+                try:
+                    held = (await queue.held([lease.job]))[0]
+                except Exception as exc:
+                    if not connection_lost(exc):  # an outage is the queue's to log, once
+                        log.warning("cannot check %s before it starts (%s)", label(lease), exc)
+                    await self._put_back(lease)
+                    await wait_for(self.stopping, pause)
+                    pause = min(pause * 2, 1.0)
+                    continue
+            if held:
+                lease.handed = time.monotonic()
+                return lease
+            log.info(
+                "%s was cancelled (or its lease ended) while claimed ahead: not started",
+                label(lease),
+            )
+            lease.mark_lost()
+            self.let_go(lease)
+
+    async def _put_back(self, lease: AsyncLease) -> None:
+        """A job whose check failed goes back to the head of the line (released with
+        the rest of the waiting ones if a stop comes meanwhile)."""
         async with self.work:
-            await self.work.wait_for(lambda: self.waiting or self.stopping.is_set())
-            return None if self.stopping.is_set() else self.waiting.popleft()
+            self.waiting.appendleft(lease)
+            self.work.notify(1)
+
+    def running(self) -> list[AsyncLease]:
+        """The jobs handed to a task and not yet being reported, not known lost: whose
+        cancel a handler must hear of (W9)."""
+        return [
+            lease
+            for lease in self.leases
+            if lease.handed and not lease.reporting and not lease.lost.is_set()
+        ]
 
     async def stop(self) -> list[AsyncLease]:
         """Stop handing out jobs; returns the ones claimed but not started."""
@@ -186,19 +229,53 @@ async def keep_leases(
     finished: asyncio.Event,
     observer: WorkerObserver,
 ) -> None:
-    """W3: one round of heartbeats every `every` seconds until `finished`."""
-    while not await wait_for(finished, every):
-        for lease in list(holdings.leases):
-            if lease.lost.is_set():
-                continue
-            try:
-                held = await queue.heartbeat(lease.job)
-            except Exception as exc:
-                if connection_lost(exc):  # logged by the queue; the next round tries again
-                    break
-                log.warning("heartbeat of %s failed (%s)", label(lease), describe(exc))
-                continue
-            refused = (
-                await why_refused_async(queue, lease.job) if refusal(lease, held) else "lease_lost"
-            )
-            heard(lease, held, observer, refused)
+    """Until `finished`: W3, a round of heartbeats every `every` seconds; W9, every
+    CANCEL_POLL seconds while handlers run, one read of which of their jobs are no
+    longer held, so a handler hears of a cancel within about that (the async worker's
+    listener hears new jobs only)."""
+    now = time.monotonic()
+    beat, poll = now + every, now + CANCEL_POLL
+    while not await wait_for(finished, max(0.0, min(beat, poll) - time.monotonic())):
+        now = time.monotonic()
+        if now >= poll:
+            poll = now + CANCEL_POLL
+            await _poll_cancels(queue, holdings, observer)
+        if now >= beat:
+            beat = now + every
+            await _heartbeats(queue, holdings, observer)
+
+
+async def _heartbeats(queue: AsyncQueue, holdings: AsyncHoldings, observer: WorkerObserver) -> None:
+    for lease in list(holdings.leases):
+        if lease.lost.is_set():
+            continue
+        try:
+            held = await queue.heartbeat(lease.job)
+        except Exception as exc:
+            if connection_lost(exc):  # logged by the queue; the next round tries again
+                break
+            log.warning("heartbeat of %s failed (%s)", label(lease), describe(exc))
+            continue
+        refused = (
+            await why_refused_async(queue, lease.job) if refusal(lease, held) else "lease_lost"
+        )
+        heard(lease, held, observer, refused)
+
+
+async def _poll_cancels(
+    queue: AsyncQueue, holdings: AsyncHoldings, observer: WorkerObserver
+) -> None:
+    """The handlers of the running jobs no longer held are told (nothing is read while
+    no handler runs)."""
+    running = holdings.running()
+    if not running:
+        return
+    try:
+        answers = await queue.held([lease.job for lease in running])
+    except Exception as exc:
+        if not connection_lost(exc):  # an outage the queue has logged already
+            log.warning("checking for cancelled jobs failed (%s)", describe(exc))
+        return
+    for lease, held in zip(running, answers, strict=True):
+        if refusal(lease, held) and not lease.lost.is_set():
+            heard(lease, held, observer, await why_refused_async(queue, lease.job))

@@ -289,7 +289,7 @@ class AsyncWorker:
         """One of `concurrency` tasks: a job at a time, until stopping."""
         assert self._holdings is not None
         while True:
-            lease = await self._holdings.next_waiting()
+            lease = await self._holdings.next_waiting(self.queue)
             if lease is None:
                 return
             started = time.monotonic()

@@ -387,7 +387,7 @@ class Queue(Protocol):
 
     def cancel(self, job_id: int) -> bool:
         """Cancel a queued or running job: it becomes cancelled and never runs (again); a
-        running handler finds out at its next heartbeat. Returns True, or False when the
+        running handler hears of it within about a second (W9). Returns True, or False when the
         job had finished already or does not exist (R25)."""
         ...
 
@@ -609,7 +609,7 @@ class AsyncQueue(Protocol):
 
     async def cancel(self, job_id: int) -> bool:
         """Cancel a queued or running job: it becomes cancelled and never runs (again); a
-        running handler finds out at its next heartbeat. Returns True, or False when the
+        running handler hears of it within about a second (W9). Returns True, or False when the
         job had finished already or does not exist (R25)."""
         ...
 
