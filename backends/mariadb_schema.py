@@ -50,6 +50,7 @@ mariadb_jobs = Table(
     Column("trace_context", Text),
     Column("ready_at", Double),
     Column("errors", JSON(none_as_null=True)),
+    Column("started_at", Double),
     Column(
         "live_priority",
         Integer,

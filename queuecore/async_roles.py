@@ -230,15 +230,17 @@ async def keep_leases(
     observer: WorkerObserver,
 ) -> None:
     """Until `finished`: W3, a round of heartbeats every `every` seconds; W9, every
-    CANCEL_POLL seconds while handlers run, one read of which of their jobs are no
-    longer held, so a handler hears of a cancel within about that (the async worker's
-    listener hears new jobs only)."""
+    CANCEL_POLL seconds while handlers run, the jobs started since the last round
+    noted (`started_at`), and one read of which running jobs are no longer held, so a
+    handler hears of a cancel within about that (the async worker's listener hears new
+    jobs only)."""
     now = time.monotonic()
     beat, poll = now + every, now + CANCEL_POLL
     while not await wait_for(finished, max(0.0, min(beat, poll) - time.monotonic())):
         now = time.monotonic()
         if now >= poll:
             poll = now + CANCEL_POLL
+            await _note_started(queue, holdings)
             await _poll_cancels(queue, holdings, observer)
         if now >= beat:
             beat = now + every
@@ -260,6 +262,22 @@ async def _heartbeats(queue: AsyncQueue, holdings: AsyncHoldings, observer: Work
             await why_refused_async(queue, lease.job) if refusal(lease, held) else "lease_lost"
         )
         heard(lease, held, observer, refused)
+
+
+async def _note_started(queue: AsyncQueue, holdings: AsyncHoldings) -> None:
+    """The jobs handed to a task since the last round get `started_at` (W9), in one
+    write: a job held ahead shows as such until then."""
+    fresh = [lease for lease in holdings.running() if not lease.noted]
+    if not fresh:
+        return
+    try:
+        await queue.mark_started([lease.job for lease in fresh])
+    except Exception as exc:
+        if not connection_lost(exc):  # an outage the queue has logged already
+            log.warning("noting the started jobs failed (%s)", describe(exc))
+        return
+    for lease in fresh:
+        lease.noted = True
 
 
 async def _poll_cancels(

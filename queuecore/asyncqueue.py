@@ -223,6 +223,11 @@ class AsyncSQLQueue(OptionsView):
         return await self._run(self.ops.held(jobs))
 
     @reconnecting(after_commit=True)
+    async def mark_started(self, jobs: Sequence[Job]) -> int:
+        """`Queue.mark_started`, awaited."""
+        return await self._run(self.ops.mark_started(jobs))
+
+    @reconnecting(after_commit=True)
     async def cancel(self, job_id: int) -> bool:
         return await self._run(self.ops.cancel(job_id))
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from sqlalchemy import Double, Select, Update, bindparam, select, update
+from sqlalchemy import Double, Select, Update, bindparam, null, select, update
 from sqlalchemy.sql.elements import BindParameter
 
 from queuecore.plans import Program, Run
@@ -74,6 +74,7 @@ def build(now: Now, walk: Walk, queue_count: int | None, kind_count: int | None)
             (jobs.c.visible_at, bindparam("lease_end", type_=Double)),
             (jobs.c.lease_token, bindparam("token")),
             (jobs.c.worker, bindparam("claimant")),
+            (jobs.c.started_at, null()),  # held, not yet started (W9)
         )
     )
     return ClaimSteps(

@@ -33,7 +33,17 @@ from queuecore.worker import Worker
 from queuecore.worker_settings import DEFAULT_CANCEL_GRACE
 from queuecore.worklog import configure_logging, first_line
 
-STATS_COLUMNS = ("queued", "running", "ready_now", "oldest_ready_age_s", "dead", "cancelled")
+#: "held ahead": running, claimed by a worker ahead of a free slot, its handler not
+#: started yet (W9); "running" counts them too.
+STATS_COLUMNS = (
+    "queued",
+    "running",
+    "held_ahead",
+    "ready_now",
+    "oldest_ready_age_s",
+    "dead",
+    "cancelled",
+)
 KIND_STATS_COLUMNS = ("queued", "running", "ready_now", "oldest_ready_age_s")
 
 
@@ -475,7 +485,16 @@ def _stats(args: argparse.Namespace) -> int:
     columns = (*STATS_COLUMNS, *LAST_HOUR)
     rows = [[name, *(s[c] for c in columns)] for name, s in sorted(stats["queues"].items())]
     rows.append(["(all)", *(stats[c] for c in columns)])
-    headers = ["queue", "queued", "running", "ready now", "oldest ready (s)", "dead", "cancelled"]
+    headers = [
+        "queue",
+        "queued",
+        "running",
+        "held ahead",
+        "ready now",
+        "oldest ready (s)",
+        "dead",
+        "cancelled",
+    ]
     print(render([*headers, "done (1 h)", "dead (1 h)"], rows))
     print(f"\n{_kinds_table(stats['kinds'])}")
     return 0

@@ -86,6 +86,10 @@ class JobSnapshot:
     #: Every failed attempt, oldest first, the last 20 (R32): each a mapping with
     #: `attempt` (int), `at` (a UTC datetime) and `error` (text, cut as R11 cuts it).
     errors: list[dict[str, Any]] = field(default_factory=list)
+    #: When a worker's slot started this attempt's handler (W9), noted within about half
+    #: a second; None while the job is held ahead of a slot (state "running", not
+    #: started yet) or was never started. A claim sets it back to None.
+    started_at: datetime | None = None
 
     @property
     def finished(self) -> bool:

@@ -5,7 +5,9 @@ so the handler can see it (`current_lease().lost`).
 On the same thread and connection, where no NOTIFY tells of cancels (on PostgreSQL the
 cancel's NOTIFY reaches the worker's listener: `hear_cancels`), it asks every
 CANCEL_POLL seconds, while handlers run, which of their jobs are no longer held, so a
-handler hears of a cancel within about that (W9)."""
+handler hears of a cancel within about that (W9); and, every CANCEL_POLL seconds
+whatever the backend, it notes the jobs handed to a slot since (`Queue.mark_started`),
+so their snapshots tell them from the jobs held ahead."""
 
 from __future__ import annotations
 
@@ -51,6 +53,7 @@ class LeaseKeeper:
             now = time.monotonic()
             if now >= poll:
                 poll = now + CANCEL_POLL
+                self._note_started()
                 if not self.listening():
                     self._poll_cancels()
             if now >= beat:
@@ -72,6 +75,21 @@ class LeaseKeeper:
                 log.warning("heartbeat of %s failed (%s)", label(lease), describe(exc))
                 continue
             heard(lease, held, self.observer, self._why(lease, held))
+
+    def _note_started(self) -> None:
+        """The jobs handed to a slot since the last round get `started_at` (W9), in one
+        write: a job held ahead shows as such until then."""
+        fresh = [lease for lease in self.holdings.running() if not lease.noted]
+        if not fresh:
+            return
+        try:
+            self.queue.mark_started([lease.job for lease in fresh])
+        except Exception as exc:
+            if not connection_lost(exc):  # an outage the queue has logged already
+                log.warning("noting the started jobs failed (%s)", describe(exc))
+            return
+        for lease in fresh:
+            lease.noted = True
 
     def _poll_cancels(self) -> None:
         """One read of which running jobs are no longer held: their handlers are told.

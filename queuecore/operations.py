@@ -315,6 +315,17 @@ class Operations(StatementSet):
 
         return round_of(0)
 
+    def mark_started(self, jobs: Sequence[Job]) -> Tx[int] | Ready[int]:
+        """W9: these jobs' handlers have started; `started_at` tells them from the jobs
+        held ahead of a slot. One write for them all, made off the hot path (the lease
+        keeper's thread, about every half second); how many rows it marked."""
+        batch = list(jobs)
+        if not batch:
+            return Ready(0)
+        tokens = sorted({job.lease_token for job in batch})
+        params = self.params(ids=[job.id for job in batch], tokens=tokens)
+        return Tx(programs.changed(Run(self.stmt_mark_started, params)))
+
     def cancel(self, job_id: int) -> Tx[bool]:
         """R25: a queued or running job becomes cancelled; a running holder is fenced off
         (its reports change nothing, its next heartbeat says the job is lost)."""

@@ -385,6 +385,12 @@ class Queue(Protocol):
         (W9)."""
         ...
 
+    def mark_started(self, jobs: Sequence[Job]) -> int:
+        """For workers: these jobs' handlers have started (W9), so their snapshots'
+        `started_at` tells them from jobs held ahead of a slot. Only jobs still held
+        under the given claims are marked, once each; returns how many were."""
+        ...
+
     def cancel(self, job_id: int) -> bool:
         """Cancel a queued or running job: it becomes cancelled and never runs (again); a
         running handler hears of it within about a second (W9). Returns True, or False when the
@@ -605,6 +611,12 @@ class AsyncQueue(Protocol):
         """For workers: per job, whether its claim still holds it (its fence would pass).
         A read that writes nothing, so that a cancelled job claimed ahead never starts
         (W9)."""
+        ...
+
+    async def mark_started(self, jobs: Sequence[Job]) -> int:
+        """For workers: these jobs' handlers have started (W9), so their snapshots'
+        `started_at` tells them from jobs held ahead of a slot. Only jobs still held
+        under the given claims are marked, once each; returns how many were."""
         ...
 
     async def cancel(self, job_id: int) -> bool:

@@ -76,6 +76,10 @@ jobs = Table(
     # (`queuecore.attempt_errors`); NULL until the first. `last_error` stays, so the
     # previous release reads and writes what it knows while an upgrade rolls out.
     Column("errors", JSON_TYPE),
+    # 0006: when a worker's slot started the current attempt's handler (W9), written by
+    # the worker within about half a second of it; NULL from the claim until then, so a
+    # job held ahead of a slot shows as such. The claim sets it back to NULL.
+    Column("started_at", Double),
     CheckConstraint(
         "state IN ('queued', 'running', 'done', 'dead', 'cancelled')",
         name="ck_queuecore_jobs_state",

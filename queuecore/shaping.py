@@ -61,6 +61,7 @@ def snapshot(row: Any) -> JobSnapshot:
         finished_at=to_datetime(row.finished_at),
         result=row.result,
         errors=attempt_errors(row.errors),
+        started_at=to_datetime(row.started_at),
     )
 
 
@@ -101,10 +102,12 @@ def stats(
     """`stats()` from the three counting queries' rows (R16)."""
     per_queue: dict[str, dict[str, Any]] = {}
     per_kind: dict[str, dict[str, Any]] = {}
-    for name, kind, state, count, ready_now, oldest in live:
+    for name, kind, state, count, ready_now, oldest, started in live:
         entries = [per_queue.setdefault(name, _empty_stats())]
         if state != "dead":  # dead by R08, not yet written: counted per queue only
             entries.append(_kind_entry(per_kind, kind))
+        if state == "running":  # W9: claimed, its handler not started (yet)
+            entries[0]["held_ahead"] += count - started
         for entry in entries:
             entry[state] += count
             entry["ready_now"] += ready_now
@@ -118,7 +121,7 @@ def stats(
         return per_queue.get(queue, _empty_stats())
     overall = _empty_stats()
     for entry in per_queue.values():
-        for key in ("queued", "running", "ready_now", "dead", "cancelled"):
+        for key in ("queued", "running", "held_ahead", "ready_now", "dead", "cancelled"):
             overall[key] += entry[key]
         overall["oldest_ready_age_s"] = max(
             overall["oldest_ready_age_s"], entry["oldest_ready_age_s"]
@@ -139,6 +142,7 @@ def _empty_stats() -> dict[str, Any]:
     return {
         "queued": 0,
         "running": 0,
+        "held_ahead": 0,
         "ready_now": 0,
         "oldest_ready_age_s": 0.0,
         "dead": 0,

@@ -247,6 +247,11 @@ class SQLQueue(OptionsView):
         return self._run(self.ops.held(jobs))
 
     @reconnecting(after_commit=True)
+    def mark_started(self, jobs: Sequence[Job]) -> int:
+        """For workers: these jobs' handlers have started (W9); how many were marked."""
+        return self._run(self.ops.mark_started(jobs))
+
+    @reconnecting(after_commit=True)
     def cancel(self, job_id: int) -> bool:
         return self._run(self.ops.cancel(job_id))
 

@@ -52,6 +52,7 @@ class StatementSet:
         self.stmt_dead_in_queue = s.dead_jobs(now, by_queue=True)
         self.stmt_retire = s.retire(now, subquery=subquery)
         self.stmt_cancel = s.cancel(now)
+        self.stmt_mark_started = s.mark_started(now)
         self.stmt_purge = {
             name: s.purge_batch(now, state, subquery=subquery) for name, state in PURGEABLE.items()
         }

@@ -192,6 +192,7 @@ def _claimed(now: Now) -> dict[str, object]:
         "visible_at": now + bindparam("lease_seconds", type_=Double),
         "lease_token": bindparam("token"),
         "worker": bindparam("claimant"),
+        "started_at": null(),  # held, not yet started (W9)
     }
     lost = IS_RUNNING & (jobs.c.attempts >= jobs.c.max_attempts)
     dead = dead_values()
@@ -260,6 +261,22 @@ def held_of(now: Now, count: int) -> AnySelect:
     takes no write lock, on the others no row lock. The caller compares the tokens."""
     ids = [bindparam(f"job_{i}", type_=BigInteger) for i in range(count)]
     return select(jobs.c.id, jobs.c.lease_token).where(jobs.c.id.in_(ids), _held(now))
+
+
+def mark_started(now: Now) -> Update:
+    """W9: the jobs (`ids`) a worker's slots have started, still held under one of its
+    claims' `tokens`, get `started_at` (once: a job's first start under this claim).
+    Any job whose token is one of those is one of that worker's claims, and still its."""
+    return (
+        update(jobs)
+        .where(
+            jobs.c.id.in_(bindparam("ids", expanding=True)),
+            jobs.c.lease_token.in_(bindparam("tokens", expanding=True)),
+            jobs.c.started_at.is_(None),
+            _held(now),
+        )
+        .values(started_at=now)
+    )
 
 
 def complete(now: Now) -> Update:
@@ -403,6 +420,9 @@ def live_counts(now: Now, walk: Walk = LIVE_WALK) -> AnySelect:
             # CASE rather than FILTER, which MariaDB lacks: the same on every database.
             func.count(case((is_ready, 1))).label("ready"),
             (now - func.min(case((is_ready, jobs.c.visible_at)))).label("oldest_ready_age"),
+            # Of the running ones, those whose handler has started (W9): the rest are
+            # held ahead of a slot. A queued row's `started_at` is its last attempt's.
+            func.count(jobs.c.started_at).label("started"),
         )
         .where(walk.live)
         .group_by(jobs.c.queue, jobs.c.kind, state)

@@ -68,6 +68,7 @@ class Row:
     last_error: str | None = None
     finished_at: float | None = None
     result: Any = None
+    started_at: float | None = None
 
     def ready(self, now: float) -> bool:
         live = self.state in ("queued", "running")
@@ -117,6 +118,8 @@ class Model:
             if row.state in ("queued", "running"):  # dead and cancelled: per queue only
                 kind_entry = {"queued": 0, "running": 0, "ready_now": 0, "oldest_ready_age_s": 0.0}
                 entries.append(per_kind.setdefault(row.kind, kind_entry))
+            if row.state == "running" and row.started_at is None:
+                entries[0]["held_ahead"] += 1
             for entry in entries:
                 entry[row.state] += 1
                 if row.ready(self.now):
@@ -125,7 +128,7 @@ class Model:
                     entry["oldest_ready_age_s"] = max(entry["oldest_ready_age_s"], age)
         overall = empty_stats()
         for entry in per_queue.values():
-            for key in ("queued", "running", "ready_now", "dead", "cancelled"):
+            for key in ("queued", "running", "held_ahead", "ready_now", "dead", "cancelled"):
                 overall[key] += entry[key]
             overall["oldest_ready_age_s"] = max(
                 overall["oldest_ready_age_s"], entry["oldest_ready_age_s"]
@@ -137,6 +140,7 @@ def empty_stats() -> dict[str, Any]:
     return {
         "queued": 0,
         "running": 0,
+        "held_ahead": 0,
         "ready_now": 0,
         "oldest_ready_age_s": 0.0,
         "dead": 0,
@@ -154,6 +158,7 @@ class QueueMachine(RuleBasedStateMachine):
     def __init__(self, queue: Any, clock: Any) -> None:
         super().__init__()
         self.queue, self.clock, self.model = queue, clock, Model()
+        self.checked: dict[int, Row] = {}  # each row as the last `get` of it agreed
         clock.now = START
         with queue.engine.begin() as conn:
             conn.execute(sa.delete(jobs))
@@ -235,6 +240,7 @@ class QueueMachine(RuleBasedStateMachine):
         for job, row in zip(claimed, expected, strict=True):
             row.state, row.attempts, row.worker = "running", row.attempts + 1, worker
             row.visible_at, row.lease_token = self.model.now + LEASE, job.lease_token
+            row.started_at = None
             assert (job.kind, job.payload, job.queue, job.priority) == (
                 row.kind,
                 row.payload,
@@ -332,6 +338,23 @@ class QueueMachine(RuleBasedStateMachine):
         if row:
             row.visible_at = self.model.now + LEASE
 
+    @rule(claims=st.lists(held, min_size=1, max_size=3))
+    def mark_started(self, claims):
+        """W9: a row is marked once, when its id and its current token are among those
+        given (a token names one of the worker's claims, which may hold several)."""
+        ids, tokens = {job.id for job in claims}, {job.lease_token for job in claims}
+        marked = [
+            row
+            for row in self.model.rows.values()
+            if row.id in ids
+            and row.state == "running"
+            and row.lease_token in tokens
+            and row.started_at is None
+        ]
+        assert self.queue.mark_started(claims) == len(marked)
+        for row in marked:
+            row.started_at = self.model.now
+
     @rule(job=held)
     def release(self, job):
         row = self.model.holds(job)
@@ -377,27 +400,42 @@ class QueueMachine(RuleBasedStateMachine):
 
     @invariant()
     def observations_agree(self):
+        """Every row in one read (R31's list, which reads the columns `get` reads), and
+        `get` of each row the model says changed since the last check: a row left
+        alone can differ from its last `get` only in what the list shows as well. (A
+        `get` of every row after every step made this test the suite's costliest.)"""
         assert self.queue.stats() == self.model.stats()
         dead = [r for r in self.model.rows.values() if r.state == "dead"]
         dead.sort(key=lambda r: (r.finished_at, r.id), reverse=True)
         assert [snap.id for snap in self.queue.dead_jobs(limit=1000)] == [r.id for r in dead]
-        for row in self.model.rows.values():
-            snap = self.queue.get(row.id)
-            seen = (snap.state, snap.attempts, snap.max_attempts, snap.last_error, snap.worker)
-            assert seen == (row.state, row.attempts, row.max_attempts, row.last_error, row.worker)
-            assert snap.result == row.result
-            assert (snap.kind, snap.queue, snap.payload, snap.priority, snap.dedupe_key) == (
-                row.kind,
-                row.queue,
-                row.payload,
-                row.priority,
-                row.dedupe_key,
-            )
-            assert (snap.created_at, snap.visible_at, snap.finished_at) == (
-                to_datetime(row.created_at),
-                to_datetime(row.visible_at),
-                to_datetime(row.finished_at),
-            )
+        listed = self.queue.list_jobs(limit=1000)
+        assert [snap.id for snap in listed] == sorted(self.model.rows)
+        for snap in listed:
+            agrees(snap, self.model.rows[snap.id])
+        for job_id, row in self.model.rows.items():
+            if self.checked.get(job_id) != row:
+                agrees(self.queue.get(job_id), row)
+        self.checked = {job_id: replace(row) for job_id, row in self.model.rows.items()}
+
+
+def agrees(snap: Any, row: Row) -> None:
+    """A snapshot says what the model's row says."""
+    seen = (snap.state, snap.attempts, snap.max_attempts, snap.last_error, snap.worker)
+    assert seen == (row.state, row.attempts, row.max_attempts, row.last_error, row.worker)
+    assert snap.started_at == to_datetime(row.started_at)
+    assert snap.result == row.result
+    assert (snap.kind, snap.queue, snap.payload, snap.priority, snap.dedupe_key) == (
+        row.kind,
+        row.queue,
+        row.payload,
+        row.priority,
+        row.dedupe_key,
+    )
+    assert (snap.created_at, snap.visible_at, snap.finished_at) == (
+        to_datetime(row.created_at),
+        to_datetime(row.visible_at),
+        to_datetime(row.finished_at),
+    )
 
 
 @pytest.mark.slow

@@ -63,12 +63,14 @@ def test_r16_stats_per_queue_and_overall(make_queue, clock):
     queue.enqueue("k", {}, queue="b", run_at=start - 40)  # lease ends, claimable again
     queue.claim("w", queues=["b"], limit=2)
     clock.advance(10)
-    queue.claim("w", queues=["b"], limit=1)
+    started = queue.claim("w", queues=["b"], limit=1)
+    assert queue.mark_started(started) == 1  # W9: its handler runs; the others are held
     clock.advance(25)  # the first two leases ended 5 s ago, the third one is live
 
     empty = {
         "queued": 0,
         "running": 0,
+        "held_ahead": 0,
         "ready_now": 0,
         "oldest_ready_age_s": 0.0,
         "dead": 0,
@@ -76,7 +78,15 @@ def test_r16_stats_per_queue_and_overall(make_queue, clock):
     }
     a = {**empty, "queued": 2, "ready_now": 1, "oldest_ready_age_s": 135.0}
     # The lease that ended on its last attempt counts as dead from that instant (R08).
-    b = {**empty, "queued": 1, "running": 2, "ready_now": 2, "oldest_ready_age_s": 45.0, "dead": 1}
+    b = {
+        **empty,
+        "queued": 1,
+        "running": 2,
+        "held_ahead": 1,
+        "ready_now": 2,
+        "oldest_ready_age_s": 45.0,
+        "dead": 1,
+    }
     d = {**empty, "dead": 2}
     assert [queue.stats(queue=name) for name in "abcd"] == [a, b, empty, d]
     assert queue.stats(queue="nowhere") == empty
@@ -87,6 +97,7 @@ def test_r16_stats_per_queue_and_overall(make_queue, clock):
     assert overall == {
         "queued": 3,
         "running": 2,
+        "held_ahead": 1,
         "ready_now": 3,
         "oldest_ready_age_s": 135.0,
         "dead": 3,
@@ -167,6 +178,7 @@ def test_r18_get_returns_a_snapshot_or_none(queue, clock):
         "finished_at": None,
         "result": None,
         "errors": [{"attempt": 1, "at": snap.created_at, "error": "smtp down"}],
+        "started_at": None,  # never handed to a slot (W9)
     }
     assert (epoch(snap.created_at), epoch(snap.visible_at)) == (clock.now, clock.now + 1)
     clock.advance(1)

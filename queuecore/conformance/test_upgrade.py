@@ -28,9 +28,12 @@ from queuecore.migrate import (
 
 #: The columns added since each revision the test starts from.
 NEW_COLUMNS = {
-    "0002": ("result", "awaited", "trace_context", "ready_at", "errors"),
-    "0003": ("ready_at", "errors"),
+    "0002": ("result", "awaited", "trace_context", "ready_at", "errors", "started_at"),
+    "0003": ("ready_at", "errors", "started_at"),
 }
+#: The columns each of the last revisions of every chain added (0006 / mariadb_0003, and
+#: 0005 / mariadb_0002 before it), newest first.
+LAST_ADDED = (("started_at",), ("errors",))
 LEASE = 30.0
 
 
@@ -148,30 +151,37 @@ def test_r28_upgrade_to_head_keeps_every_job_in_every_state(old_engine, empty_ds
         _kept_since_0003(empty_dsn, ids)
 
 
-@pytest.mark.parametrize("revision", ["previous"])
-def test_r28_upgrade_from_the_previous_revision_keeps_every_job(old_engine, empty_dsn, revision):
-    """Every backend's chain (MariaDB's too): its revision before head, filled with a job
-    in every state, upgraded to head; R32's history starts from each job's last error."""
+@pytest.mark.parametrize("back", [1, 2], ids=["previous", "one-before"])
+def test_r28_upgrade_from_the_last_revisions_keeps_every_job(old_engine, empty_dsn, back):
+    """Every backend's chain (MariaDB's too): its revision `back` steps before head,
+    filled with a job in every state, upgraded to head. The columns added since are
+    NULL (`started_at`: no job was started under a claim of the new release), but for
+    R32's history, which starts from each job's last error."""
     script = ScriptDirectory.from_config(alembic_config(old_engine))
-    head = script.get_revision(head_revision(old_engine))
-    assert isinstance(head.down_revision, str)
-    upgrade(old_engine, head.down_revision)
+    revision = head_revision(old_engine)
+    for _ in range(back):
+        down = script.get_revision(revision).down_revision
+        assert isinstance(down, str)
+        revision = down
+    upgrade(old_engine, revision)
     ids = fill(old_engine, "0003")
     before = rows(old_engine)
 
     upgrade(old_engine, "head")
 
     after = rows(old_engine)
-    assert {i: {k: v for k, v in r.items() if k != "errors"} for i, r in after.items()} == before
-    _errors_from_last_error(before, after)
+    added = [column for columns in LAST_ADDED[:back] for column in columns]
+    assert {i: {k: v for k, v in r.items() if k not in added} for i, r in after.items()} == before
+    assert all(r[c] is None for r in after.values() for c in added if c != "errors")
+    if "errors" in added:
+        _errors_from_last_error(before, after)
     assert drift(old_engine, include_object=include_object) == []
     _still_claimable(empty_dsn, ids)
     _kept_since_0003(empty_dsn, ids)
     queue = queuecore.connect(empty_dsn, clock=FakeClock())
     try:
-        assert queue.get(ids["retrying"]).errors == [
-            {"attempt": 1, "at": to_datetime(START - 120), "error": "boom"}
-        ]
+        history = [{"attempt": 1, "at": to_datetime(START - 120), "error": "boom"}]
+        assert queue.get(ids["retrying"]).errors == (history if "errors" in added else [])
     finally:
         queue.close()
 

@@ -124,6 +124,7 @@ class Dashboard:
             for field in (
                 "queued",
                 "running",
+                "held_ahead",
                 "ready",
                 "dead",
                 "cancelled",
@@ -326,9 +327,18 @@ def job_facts(snapshot: Any, now: float) -> list[tuple[str, str]]:
         ("dedupe key", snapshot.dedupe_key or ""),
         ("created", when(snapshot.created_at)),
         ready,
+        ("started", started(snapshot)),
         ("finished", when(snapshot.finished_at)),
     ]
     return [(label, value) for label, value in facts if label and value]
+
+
+def started(snapshot: Any) -> str:
+    """When this attempt's handler started; a running job whose handler has not started
+    is held ahead of a slot by its worker (W9)."""
+    if snapshot.started_at is None:
+        return "not yet: held ahead of a free slot" if snapshot.state == "running" else ""
+    return when(snapshot.started_at)
 
 
 def create_app(

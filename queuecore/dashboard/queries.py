@@ -223,6 +223,8 @@ class QueueFigures:
     name: str
     queued: int = 0
     running: int = 0
+    #: Of the running ones, those held ahead of a slot, their handler not started (W9).
+    held_ahead: int = 0
     ready: int = 0
     dead: int = 0
     cancelled: int = 0
@@ -259,6 +261,8 @@ def read_overview(conn: Connection, now: float) -> Overview:
         count(row.queue, row.kind, row.state, row.jobs)
         entry = queue(row.queue)
         entry.ready += row.ready
+        if row.state == "running":
+            entry.held_ahead += row.jobs - row.started
         if row.oldest_ready_age is not None:
             age = max(0.0, float(row.oldest_ready_age))
             entry.oldest_ready_age = max(entry.oldest_ready_age, age)

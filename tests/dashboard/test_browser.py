@@ -159,6 +159,7 @@ def test_pages_show_a_known_set_of_jobs(browser, dsn, known_jobs, tmp_path, shot
             "queued": "4",
             "ready": "3",
             "running": "1",
+            "held_ahead": "1",  # claimed, its handler not started (W9)
             "oldest": cells(browser, "mail")["oldest"],
             "dead": "2",
             "cancelled": "0",
@@ -207,6 +208,10 @@ def test_pages_show_a_known_set_of_jobs(browser, dsn, known_jobs, tmp_path, shot
         assert error.startswith("ValueError: no such mailbox") and 'File "mail.py"' in error
         assert browser.find_element(By.ID, "action-requeue")
         browser.save_screenshot(str(shots / "job.png"))
+
+        browser.get(f"{base}/jobs/{known_jobs['running']}")
+        started = browser.find_element(By.CSS_SELECTOR, '[data-fact="started"]').text
+        assert started == "not yet: held ahead of a free slot", started
 
         browser.get(base + "/dead")
         assert listed_ids(browser) == sorted(known_jobs["dead"], reverse=True)

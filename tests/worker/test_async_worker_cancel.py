@@ -71,8 +71,12 @@ def test_w9_async_jobs_claimed_ahead_and_cancelled_never_start(dsn):
 
         async def body() -> None:
             await until(lambda: started == [long_id], "the long job starts")
-            # One claim took all five: the four wait in the worker behind the long job.
+            # One claim took all five: the four wait in the worker behind the long job,
+            # and show as held ahead once the long one is noted as started (W9).
             assert [queue.get(i).state for i in ahead] == ["running"] * 4
+            await until(lambda: queue.get(long_id).started_at, "the long job is noted")
+            assert [queue.get(i).started_at for i in ahead] == [None] * 4
+            assert queue.stats()["held_ahead"] == 4
             assert all([queue.cancel(i) for i in ahead])
             await asyncio.sleep(0.1)  # older than a fresh claim: each is read again
             release.set()

@@ -54,8 +54,12 @@ def test_w9_jobs_claimed_ahead_and_cancelled_never_start(make_queue, dsn, tmp_pa
     prefetch = ("--prefetch", "5")  # held ahead as asked, whatever the handlers take
     with queuecore_process(*WORKER, *prefetch, *LONG_LEASE, "--dsn", dsn, log=log) as worker:
         wait_until(lambda: [s[2] for s in starts(tally)] == [long_id], worker, log)
-        # One claim took all five: the four wait in the worker behind the long job.
+        # One claim took all five: the four wait in the worker behind the long job, and
+        # show as held ahead (no `started_at`) once the long one is noted as started.
         assert [queue.get(i).state for i in ahead] == ["running"] * 4
+        wait_until(lambda: queue.get(long_id).started_at is not None, worker, log)
+        assert [queue.get(i).started_at for i in ahead] == [None] * 4
+        assert (queue.stats("w9")["running"], queue.stats("w9")["held_ahead"]) == (5, 4)
         assert all(queue.cancel(i) for i in ahead)
         after = queue.enqueue("tally", {"log": str(tally), "tag": "after"}, queue="w9").id
         wait_until(lambda: after in [s[2] for s in starts(tally)], worker, log, timeout=60)
