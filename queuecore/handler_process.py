@@ -44,7 +44,7 @@ from queuecore.dsn import secrets_of
 from queuecore.handling import Handler, Lease, Raised, Returned
 from queuecore.job import Job
 from queuecore.protocol import Effect, Queue
-from queuecore.reconnect import connection_lost
+from queuecore.reconnect import CONNECT_BACK, CONNECT_LOST, connection_lost
 from queuecore.slots import run_in_this_process
 from queuecore.worklog import configure_logging
 
@@ -150,14 +150,17 @@ class Serving:
         first needed, so a worker whose handlers return no effect holds none for its
         handler processes; then retried until it can (an outage is never the job's
         failure)."""
+        began = time.monotonic()
         while self.queue is None:
             try:
                 self.queue = self.open_queue()
             except Exception as exc:
                 if not self.waiting_for_database:
-                    log.warning("cannot connect yet (%s); trying again", exc)
+                    log.warning(CONNECT_LOST, exc)
                     self.waiting_for_database = True
                 time.sleep(1.0)
+        if self.waiting_for_database:  # said as the queue says an outage ended
+            log.warning(CONNECT_BACK, time.monotonic() - began)
         self.waiting_for_database = False
         return self.queue
 

@@ -43,7 +43,7 @@ from queuecore.async_handling import AsyncLease, async_outcome_of, is_async_hand
 from queuecore.handler_process import log, shared_word, supervisor_pid
 from queuecore.handling import Handler, Raised, Returned
 from queuecore.job import Job
-from queuecore.reconnect import connection_lost
+from queuecore.reconnect import CONNECT_BACK, CONNECT_LOST, connection_lost
 
 if TYPE_CHECKING:
     from queuecore import AsyncQueue
@@ -221,15 +221,17 @@ class LoopServing:
         one (a registry whose handlers return none never needs it, and a process that
         starts quickly has its slots' jobs claimed sooner), and retried until the
         database can be reached (an outage is never the job's failure)."""
-        said = False
+        said, began = False, time.monotonic()
         while self.queue is None:
             try:
                 self.queue = await self.open_queue()
             except Exception as exc:
                 if not said:
-                    log.warning("cannot connect yet (%s); trying again", exc)
+                    log.warning(CONNECT_LOST, exc)
                     said = True
                 await asyncio.sleep(1.0)
+        if said:  # said as the queue says an outage ended
+            log.warning(CONNECT_BACK, time.monotonic() - began)
         return self.queue
 
 

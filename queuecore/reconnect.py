@@ -73,6 +73,15 @@ LOST = "_queuecore_lost"
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+#: How a child process that cannot open its own connection says so, and says it is over,
+#: in the words the queue's `Outage` uses: one outage, one pair of lines.
+CONNECT_LOST = (
+    "queuecore: database connection lost opening this process's connection (%s); "
+    "trying again every second, quiet until it is back"
+)
+CONNECT_BACK = "queuecore: database connection back after %.1fs"
+
+
 class Outage:
     """Whether one queue's database is out of reach, shared by every thread using it.
 
@@ -135,9 +144,7 @@ class Outage:
             if since is not None:
                 self._ended = time.monotonic()
                 level = logging.WARNING if self._said else logging.DEBUG
-                log.log(
-                    level, "queuecore: database connection back after %.1fs", self._ended - since
-                )
+                log.log(level, CONNECT_BACK, self._ended - since)
             if name in self._full and self._full_since is not None:
                 full_since, self._full_since = self._full_since, None
                 self._full.clear()
