@@ -12,6 +12,7 @@ own job. The log lines and the batch's options are the sync worker's own functio
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
@@ -103,8 +104,13 @@ class AsyncReporter:
         try:
             released = await self.queue.release(lease.job)
         except Exception as exc:
-            log.warning(
-                "%s not released (%s); its lease will hand it on", label(lease), describe(exc)
+            # An outage is the queue's to log, once: not once per job it holds.
+            level = logging.DEBUG if connection_lost(exc) else logging.WARNING
+            log.log(
+                level,
+                "%s not released (%s); its lease will hand it on",
+                label(lease),
+                describe(exc),
             )
         else:
             if released:

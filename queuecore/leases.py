@@ -2,18 +2,17 @@
 its own, and marks a lease lost when the renewal finds the job no longer this worker's,
 so the handler can see it (`current_lease().lost`).
 
-On the same thread and connection, where no NOTIFY tells of cancels (on PostgreSQL the
-cancel's NOTIFY reaches the worker's listener: `hear_cancels`), it asks every
-CANCEL_POLL seconds, while handlers run, which of their jobs are no longer held, so a
-handler hears of a cancel within about that (W9); and, every CANCEL_POLL seconds
-whatever the backend, it notes the jobs handed to a slot since (`Queue.mark_started`),
-so their snapshots tell them from the jobs held ahead."""
+On the same thread and connection, every CANCEL_POLL seconds while handlers run, it
+asks which of their jobs are no longer held, so a handler hears of a cancel within
+about that (W9; on PostgreSQL the cancel's NOTIFY, heard by the worker's listener
+through `hear_cancels`, is sooner, and the poll covers a NOTIFY that was missed), and
+notes the jobs handed to a slot since (`Queue.mark_started`), so their snapshots tell
+them from the jobs held ahead."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 
 from queuecore.handling import Lease
 from queuecore.holdings import Holdings
@@ -22,7 +21,7 @@ from queuecore.protocol import Queue
 from queuecore.reconnect import connection_lost
 from queuecore.worklog import describe, label, log
 
-#: How often a worker without notifications asks whether its running jobs were
+#: How often a worker asks whether its running jobs were
 #: cancelled: a handler hears of a cancel within about this long, plus one read (W9).
 CANCEL_POLL = 0.5
 
@@ -35,14 +34,12 @@ class LeaseKeeper:
         every: float,
         finished: threading.Event,
         observer: WorkerObserver,
-        listening: Callable[[], bool],
     ) -> None:
         self.queue = queue
         self.holdings = holdings
         self.every = every
         self.finished = finished
         self.observer = observer
-        self.listening = listening  # True: NOTIFYs tell of cancels, no poll needed
 
     def run(self) -> None:
         """Until `finished`: a round of heartbeats every `every` seconds, and the cancel
@@ -54,8 +51,10 @@ class LeaseKeeper:
             if now >= poll:
                 poll = now + CANCEL_POLL
                 self._note_started()
-                if not self.listening():
-                    self._poll_cancels()
+                # Where a NOTIFY tells of cancels it is heard sooner; the poll runs all
+                # the same, so a cancel whose NOTIFY was missed (a LISTEN connection
+                # being replaced, say) is still heard within about CANCEL_POLL.
+                self._poll_cancels()
             if now >= beat:
                 beat = now + self.every
                 self._heartbeats()

@@ -243,7 +243,6 @@ class Worker:
             self.heartbeat_seconds,
             self._finished,
             self.observer,
-            lambda: self.listening,
         )
         helpers = [threading.Thread(target=keeper.run, name="queuecore-heartbeat")]
         mine = presence.record(
