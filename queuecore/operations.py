@@ -291,8 +291,8 @@ class Operations(StatementSet):
     def held(self, jobs: Sequence[Job]) -> Hot[list[bool]] | Ready[list[bool]]:
         """W9: per job, whether its claim still holds it (its fence would pass, R09), in
         one read per HELD_BATCH jobs: what a worker asks before it hands jobs claimed
-        ahead to their handlers (a cancelled one never starts), and, where no NOTIFY
-        tells it, every fraction of a second while handlers run (a cancel is heard)."""
+        ahead to their handlers (a cancelled one never starts), and every fraction of a
+        second while handlers run (a cancel is heard)."""
         batch = list(jobs)
         if not batch:
             return Ready([])
@@ -315,16 +315,35 @@ class Operations(StatementSet):
 
         return round_of(0)
 
-    def mark_started(self, jobs: Sequence[Job]) -> Tx[int] | Ready[int]:
+    def mark_started(self, jobs: Sequence[Job]) -> Hot[int] | Ready[int]:
         """W9: these jobs' handlers have started; `started_at` tells them from the jobs
-        held ahead of a slot. One write for them all, made off the hot path (the lease
-        keeper's thread, about every half second); how many rows it marked."""
+        held ahead of a slot. One write per HELD_BATCH jobs, made by the lease keeper
+        about every half second on its own connection (the hot path's, as its
+        heartbeats: a worker's connections do not grow); how many rows it marked."""
         batch = list(jobs)
         if not batch:
             return Ready(0)
-        tokens = sorted({job.lease_token for job in batch})
-        params = self.params(ids=[job.id for job in batch], tokens=tokens)
-        return Tx(programs.changed(Run(self.stmt_mark_started, params)))
+        marked = 0
+
+        def round_of(start: int) -> Hot[int]:
+            part = batch[start : start + HELD_BATCH]
+            size = 1 << (len(part) - 1).bit_length()  # a few shapes, each compiled once
+            last = len(part) - 1
+            params = self.params(
+                **{f"job_{i}": part[min(i, last)].id for i in range(size)},
+                **{f"token_{i}": part[min(i, last)].lease_token for i in range(size)},
+            )
+
+            def finish(outcomes: list[Outcome]) -> int | Hot[int]:
+                nonlocal marked
+                marked += outcomes[0][0]
+                if start + HELD_BATCH < len(batch):
+                    return round_of(start + HELD_BATCH)
+                return marked
+
+            return Hot([(self.started_statement(size), params)], finish)
+
+        return round_of(0)
 
     def cancel(self, job_id: int) -> Tx[bool]:
         """R25: a queued or running job becomes cancelled; a running holder is fenced off

@@ -17,11 +17,6 @@ if TYPE_CHECKING:
     from queuecore.operations import Operations
 
 
-def changed(run: Run) -> Program[int]:
-    result: CursorResult[Any] = yield run
-    return result.rowcount
-
-
 def changed_one(run: Run) -> Program[bool]:
     result: CursorResult[Any] = yield run
     return result.rowcount == 1

@@ -52,7 +52,6 @@ class StatementSet:
         self.stmt_dead_in_queue = s.dead_jobs(now, by_queue=True)
         self.stmt_retire = s.retire(now, subquery=subquery)
         self.stmt_cancel = s.cancel(now)
-        self.stmt_mark_started = s.mark_started(now)
         self.stmt_purge = {
             name: s.purge_batch(now, state, subquery=subquery) for name, state in PURGEABLE.items()
         }
@@ -62,6 +61,7 @@ class StatementSet:
         self._plans: dict[tuple[bool, int | None, int | None], ClaimPlan] = {}
         self._steps: dict[tuple[int | None, int | None], ClaimSteps] = {}
         self._held: dict[int, Compiled] = {}
+        self._started: dict[int, Compiled] = {}
         self.hot_complete = self.compile(self.stmt_complete)
         self.hot_complete_result = self.compile(self.stmt_complete_result)
         self.hot_fail_retry = self.compile(s.fail_retry(now))
@@ -124,6 +124,14 @@ class StatementSet:
         compiled = self._held.get(count)
         if compiled is None:
             compiled = self._held[count] = self.compile(statements.held_of(self.now_sql, count))
+        return compiled
+
+    def started_statement(self, count: int) -> Compiled:
+        """`mark_started`'s write of `count` jobs, compiled on first use."""
+        compiled = self._started.get(count)
+        if compiled is None:
+            stmt = statements.started_of(self.now_sql, count)
+            compiled = self._started[count] = self.compile(stmt)
         return compiled
 
     def claim_steps(self, queue_count: int | None, kind_count: int | None) -> ClaimSteps:

@@ -263,15 +263,18 @@ def held_of(now: Now, count: int) -> AnySelect:
     return select(jobs.c.id, jobs.c.lease_token).where(jobs.c.id.in_(ids), _held(now))
 
 
-def mark_started(now: Now) -> Update:
-    """W9: the jobs (`ids`) a worker's slots have started, still held under one of its
-    claims' `tokens`, get `started_at` (once: a job's first start under this claim).
-    Any job whose token is one of those is one of that worker's claims, and still its."""
+def started_of(now: Now, count: int) -> Update:
+    """W9: `count` jobs (`job_0` …) a worker's slots have started, still held under one
+    of the claims' tokens (`token_0` …), get `started_at` (once: the first start under
+    the claim). A job whose token is one of those is under one of that worker's claims.
+    Sized, not expanding, so that it runs on the hot path's own connection."""
+    ids = [bindparam(f"job_{i}", type_=BigInteger) for i in range(count)]
+    tokens = [bindparam(f"token_{i}", type_=Text) for i in range(count)]
     return (
         update(jobs)
         .where(
-            jobs.c.id.in_(bindparam("ids", expanding=True)),
-            jobs.c.lease_token.in_(bindparam("tokens", expanding=True)),
+            jobs.c.id.in_(ids),
+            jobs.c.lease_token.in_(tokens),
             jobs.c.started_at.is_(None),
             _held(now),
         )
