@@ -12,7 +12,6 @@ own job. The log lines and the batch's options are the sync worker's own functio
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
@@ -104,14 +103,10 @@ class AsyncReporter:
         try:
             released = await self.queue.release(lease.job)
         except Exception as exc:
-            # An outage is the queue's to log, once: not once per job it holds.
-            level = logging.DEBUG if connection_lost(exc) else logging.WARNING
-            log.log(
-                level,
-                "%s not released (%s); its lease will hand it on",
-                label(lease),
-                describe(exc),
-            )
+            if not connection_lost(exc):  # an outage is the queue's to log, once
+                log.warning(
+                    "%s not released (%s); its lease will hand it on", label(lease), describe(exc)
+                )
         else:
             if released:
                 log.info("%s released unstarted", label(lease))

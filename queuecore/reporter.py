@@ -11,7 +11,6 @@ second stop signal (`hurry`) ends the wait; the queue has logged the outage.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable
@@ -101,14 +100,10 @@ class Reporter:
         try:
             released = self.queue.release(lease.job)
         except Exception as exc:
-            # An outage is the queue's to log, once: not once per job it holds.
-            level = logging.DEBUG if connection_lost(exc) else logging.WARNING
-            log.log(
-                level,
-                "%s not released (%s); its lease will hand it on",
-                label(lease),
-                describe(exc),
-            )
+            if not connection_lost(exc):  # an outage is the queue's to log, once
+                log.warning(
+                    "%s not released (%s); its lease will hand it on", label(lease), describe(exc)
+                )
         else:
             if released:
                 log.info("%s released unstarted", label(lease))

@@ -3,7 +3,7 @@ for its backend's dialect: what `Operations` plans with."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from sqlalchemy import Double, bindparam, select
@@ -121,17 +121,18 @@ class StatementSet:
 
     def held_statement(self, count: int) -> Compiled:
         """`held`'s read of `count` jobs, compiled on first use."""
-        compiled = self._held.get(count)
-        if compiled is None:
-            compiled = self._held[count] = self.compile(statements.held_of(self.now_sql, count))
-        return compiled
+        return self._sized(self._held, statements.held_of, count)
 
     def started_statement(self, count: int) -> Compiled:
         """`mark_started`'s write of `count` jobs, compiled on first use."""
-        compiled = self._started.get(count)
+        return self._sized(self._started, statements.started_of, count)
+
+    def _sized(
+        self, cache: dict[int, Compiled], build: Callable[[Any, int], Any], count: int
+    ) -> Compiled:
+        compiled = cache.get(count)
         if compiled is None:
-            stmt = statements.started_of(self.now_sql, count)
-            compiled = self._started[count] = self.compile(stmt)
+            compiled = cache[count] = self.compile(build(self.now_sql, count))
         return compiled
 
     def claim_steps(self, queue_count: int | None, kind_count: int | None) -> ClaimSteps:
