@@ -62,9 +62,9 @@ class AsyncHoldings:
 
     async def next_waiting(self, queue: AsyncQueue) -> AsyncLease | None:
         """The next claimed job for a free task, still held (W9): one that waited here
-        longer than FRESH_SECONDS since its claim is read again first (`queue.held`),
-        so a job cancelled while claimed ahead is let go, never started. None once
-        stopping."""
+        longer than FRESH_SECONDS since its claim (or last check) is read again first
+        (`queue.held`), with every other one waiting that long, so a job cancelled
+        while claimed ahead is let go, never started. None once stopping."""
         pause = FIRST_IDLE_PAUSE
         while True:
             async with self.work:
@@ -73,9 +73,21 @@ class AsyncHoldings:
                     return None
                 lease = self.waiting.popleft()
             held = not lease.lost.is_set()
-            if held and lease.claimed < time.monotonic() - FRESH_SECONDS:
+            now = time.monotonic()
+            if held and lease.checked < now - FRESH_SECONDS:
+                # The others waiting past the window are read too (`Holdings._due`).
+                also = [
+                    other
+                    for other in self.waiting
+                    if other.checked < now - FRESH_SECONDS and not other.lost.is_set()
+                ]
                 try:
-                    held = (await queue.held([lease.job]))[0]
+                    held, *others = await queue.held([lease.job] + [o.job for o in also])
+                    for other, other_held in zip(also, others, strict=True):
+                        other.checked = now
+                        if not other_held:
+                            other.mark_lost()  # let go, unstarted, when a task takes it
+                    lease.checked = now
                 except Exception as exc:
                     if not connection_lost(exc):  # an outage is the queue's to log, once
                         log.warning("cannot check %s before it starts (%s)", label(lease), exc)

@@ -67,7 +67,7 @@ class Lease:
     lost, and stop early: whatever it returns is discarded by the fence anyway.
     """
 
-    __slots__ = ("claimed", "handed", "job", "lost", "noted", "reporting")
+    __slots__ = ("checked", "claimed", "handed", "job", "lost", "noted", "reporting")
 
     def __init__(self, job: Job) -> None:
         self.job = job
@@ -76,6 +76,8 @@ class Lease:
         #: on time.monotonic(): what claiming ahead is kept within (W9).
         self.claimed = time.monotonic()
         self.handed = 0.0
+        #: When its fence was last read (its claim, or a check before hand-over, W9).
+        self.checked = self.claimed
         #: Whether the database was told its handler started (`Queue.mark_started`).
         self.noted = False
         # Set once the worker starts reporting the outcome: a heartbeat that then finds

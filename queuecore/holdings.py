@@ -28,9 +28,12 @@ Check = Callable[[list[Job]], list[bool]]
 #: this, as for the jobs already sent to a handler process (AHEAD_SECONDS of work); such
 #: a handler hears the cancel as a running one does (`lost`). Measured on no-op jobs, a
 #: read per hand-over cost 8% of the worker's throughput on SQLite and over 30% on
-#: PostgreSQL (the slots wait for it), and with this window almost no read is needed:
-#: jobs claimed ahead of busy slots are handed over within milliseconds. On PostgreSQL
-#: the cancel's NOTIFY also marks a job claimed ahead, so it is dropped unread.
+#: PostgreSQL (the slots wait for it), and with this window almost no read is needed
+#: on a quiet machine: jobs claimed ahead of busy slots are handed over within
+#: milliseconds. On a loaded one they wait longer, so a check reads every job then
+#: waiting past the window, not only the ones taken (`_due`): the next hand-overs find
+#: theirs fresh. On PostgreSQL the cancel's NOTIFY also marks a job claimed ahead, so it
+#: is dropped unread.
 FRESH_SECONDS = 0.02
 
 
@@ -116,21 +119,27 @@ class Holdings:
         live = [lease for lease in taken if not lease.lost.is_set()]
         # A claim reads the fence too: a job claimed (or checked) within FRESH_SECONDS
         # goes on without another read.
-        stale = time.monotonic() - FRESH_SECONDS
-        fresh = [lease for lease in live if lease.claimed >= stale]
-        asked = [lease for lease in live if lease.claimed < stale]
+        now = time.monotonic()
+        fresh = [lease for lease in live if lease.checked >= now - FRESH_SECONDS]
+        asked = [lease for lease in live if lease.checked < now - FRESH_SECONDS]
         if self.checked and asked:
+            also = self._due(now - FRESH_SECONDS)
             try:
-                answers = self._ask([lease.job for lease in asked])
+                answers = self._ask([lease.job for lease in asked + also])
             except Exception as exc:
                 if not connection_lost(exc):  # an outage is the queue's to log, once
                     log.warning("cannot check the jobs claimed ahead (%s); trying again", exc)
                 self._put_back(taken)
                 return None
-            lost += [lease for lease, held in zip(asked, answers, strict=True) if not held]
-            asked = [lease for lease, held in zip(asked, answers, strict=True) if held]
-            for lease in asked:
-                lease.claimed = stale + FRESH_SECONDS  # as fresh as a claim now
+            kept: list[Lease] = []
+            for lease, held in zip(asked, answers[: len(asked)], strict=True):
+                (kept if held else lost).append(lease)
+            for lease, held in zip(also, answers[len(asked) :], strict=True):
+                if not held:
+                    lease.mark_lost()  # let go, unstarted, when a slot takes it
+            for lease in kept + also:
+                lease.checked = now  # read after `now`: as fresh as a claim then
+            asked = kept
         for lease in lost:
             log.info(
                 "%s was cancelled (or its lease ended) while claimed ahead: not started",
@@ -139,6 +148,16 @@ class Holdings:
             lease.mark_lost()
             self.let_go(lease)
         return fresh + asked
+
+    def _due(self, stale: float) -> list[Lease]:
+        """The jobs still waiting here whose last check is older than `stale`: read in
+        the same check as the ones a slot takes now."""
+        with self._lock:
+            return [
+                lease
+                for lease in self._waiting
+                if lease.checked < stale and not lease.lost.is_set()
+            ]
 
     def _ask(self, jobs: list[Job]) -> list[bool]:
         """Which of `jobs` are still held, as the claimer's thread reads it."""
