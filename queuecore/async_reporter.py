@@ -22,7 +22,7 @@ from queuecore.async_roles import AsyncHoldings, wait_for
 from queuecore.handling import Raised, Returned
 from queuecore.job import Completions
 from queuecore.observer import WorkerObserver, why_refused_async
-from queuecore.reconnect import connection_lost
+from queuecore.reconnect import connection_lost, report_later
 from queuecore.reporter import (
     FIRST_PAUSE,
     log_completion,
@@ -118,7 +118,7 @@ class AsyncReporter:
             try:
                 return await report()
             except Exception as exc:
-                if not connection_lost(exc) or self.hurry.is_set():
+                if not report_later(exc) or self.hurry.is_set():
                     raise
             await wait_for(self.hurry, pause)
             pause = min(pause * 2, self.longest_pause)
@@ -131,7 +131,7 @@ class AsyncReporter:
                 lambda: self.queue.complete(lease.job, effect=effect, result=result)
             )
         except Exception as exc:  # the effect raised (rolled back), or the database did
-            if connection_lost(exc):  # given up on a second stop signal
+            if report_later(exc):  # given up on a second stop signal
                 say_unreachable(lease)
                 return
             await self._fail(lease, Raised.from_exception(exc), started)

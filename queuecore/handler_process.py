@@ -44,7 +44,7 @@ from queuecore.dsn import secrets_of
 from queuecore.handling import Handler, Lease, Raised, Returned
 from queuecore.job import Job
 from queuecore.protocol import Effect, Queue
-from queuecore.reconnect import CONNECT_BACK, CONNECT_LOST, connection_lost
+from queuecore.reconnect import CONNECT_BACK, CONNECT_LOST, report_later
 from queuecore.slots import run_in_this_process
 from queuecore.worklog import configure_logging
 
@@ -184,14 +184,15 @@ class Serving:
 
 
 def until_reachable(report: Callable[[], T]) -> T:
-    """As the worker's reporter: an outage is never the job's failure. The worker ends
-    this process if it gives up (a second stop signal)."""
+    """As the worker's reporter: an outage, or a completion the server keeps rolling
+    back (`report_later`), is never the job's failure. The worker ends this process if
+    it gives up (a second stop signal)."""
     pause = 0.05
     while True:
         try:
             return report()
         except Exception as exc:
-            if not connection_lost(exc):
+            if not report_later(exc):
                 raise
         time.sleep(pause)
         pause = min(pause * 2, 1.0)

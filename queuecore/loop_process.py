@@ -43,7 +43,7 @@ from queuecore.async_handling import AsyncLease, async_outcome_of, is_async_hand
 from queuecore.handler_process import log, shared_word, supervisor_pid
 from queuecore.handling import Handler, Raised, Returned
 from queuecore.job import Job
-from queuecore.reconnect import CONNECT_BACK, CONNECT_LOST, connection_lost
+from queuecore.reconnect import CONNECT_BACK, CONNECT_LOST, report_later
 
 if TYPE_CHECKING:
     from queuecore import AsyncQueue
@@ -241,14 +241,15 @@ def raised(ticket: int, outcome: Raised, started: float) -> tuple[Any, ...]:
 
 
 async def until_reachable(report: Callable[[], Awaitable[T]]) -> T:
-    """As every worker's reporter: an outage is never the job's failure. The worker ends
-    this process if it gives up (a second stop signal)."""
+    """As every worker's reporter: an outage, or a completion the server keeps rolling
+    back (`report_later`), is never the job's failure. The worker ends this process if
+    it gives up (a second stop signal)."""
     pause = 0.05
     while True:
         try:
             return await report()
         except Exception as exc:
-            if not connection_lost(exc):
+            if not report_later(exc):
                 raise
             log.debug("completing waits for the database (%s)", exc)
         await asyncio.sleep(pause)

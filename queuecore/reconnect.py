@@ -166,6 +166,15 @@ def connection_lost(exc: BaseException) -> bool:
     )
 
 
+def report_later(exc: BaseException) -> bool:
+    """Whether a worker's report (a completion, a failure) that raised `exc` is made again
+    later rather than charged to its job: an outage (`connection_lost`), or a server that
+    rolled it back to break a deadlock on every one of the queue's own tries (seen on
+    MariaDB while every worker reconnected after an outage). Neither is the handler's
+    doing, and nothing of the report was applied, its effect included."""
+    return connection_lost(exc) or isinstance(exc, DeadlockError)
+
+
 def where(queue: Any) -> str:
     """The queue's database for a message: its URL without the password."""
     return f"the database {shown(queue.engine.url)}"

@@ -2,11 +2,13 @@
 the log: completed (at once, or through the ack window), failed, completed by a handler
 process, crashed with its process (W7), or released unstarted (W4).
 
-Reports are repeated until the database takes them: giving up on an outage would blame
-it on the job (a handler that succeeded reported as failed, its attempt spent, or the
-job dead on its last attempt). Repeating is safe: the fence refuses a report once
-another claim took the job over, and lets a late one land when nobody did (R09). Only a
-second stop signal (`hurry`) ends the wait; the queue has logged the outage.
+Reports are repeated until the database takes them: giving up on an outage, or on a
+report the server rolled back to break deadlocks on each of the queue's tries
+(`report_later`), would blame it on the job (a handler that succeeded reported as
+failed, its attempt spent, or the job dead on its last attempt). Repeating is safe: the
+fence refuses a report once another claim took the job over, and lets a late one land
+when nobody did (R09). Only a second stop signal (`hurry`) ends the wait; the queue has
+logged the outage.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from queuecore.holdings import Holdings
 from queuecore.job import Completions
 from queuecore.observer import Refused, WorkerObserver, why_refused
 from queuecore.protocol import Queue
-from queuecore.reconnect import connection_lost
+from queuecore.reconnect import connection_lost, report_later
 from queuecore.worklog import describe, first_line, label, log
 
 T = TypeVar("T")
@@ -116,7 +118,7 @@ class Reporter:
             try:
                 return report()
             except Exception as exc:
-                if not connection_lost(exc) or self.hurry.is_set():
+                if not report_later(exc) or self.hurry.is_set():
                     raise
             self.hurry.wait(pause)
             pause = min(pause * 2, self.longest_pause)
@@ -134,7 +136,7 @@ class Reporter:
                 lambda: self.queue.complete(lease.job, effect=effect, result=result)
             )
         except Exception as exc:  # the effect raised (rolled back), or the database did
-            if connection_lost(exc):  # given up on a second stop signal
+            if report_later(exc):  # given up on a second stop signal
                 say_unreachable(lease)
                 return False
             self._fail(lease, Raised.from_exception(exc), started)

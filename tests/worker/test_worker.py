@@ -319,3 +319,33 @@ def test_r33_a_worker_appears_in_workers_while_it_runs_and_disappears_at_its_sto
     finally:
         background.stop()
     assert queue.workers() == []
+
+
+@pytest.mark.parametrize("ack_batch", [1, 100])
+def test_w1_a_completion_the_server_keeps_rolling_back_is_made_again_not_failed(
+    queue, effect_rows, monkeypatch, ack_batch
+):
+    """A completion that the database rolled back on every one of the queue's own tries
+    (a `DeadlockError`: seen on MariaDB while every worker reconnected after an outage)
+    is not the handler's failure: the report waits and is made again, and the job is done
+    on its first attempt, its effect written once."""
+    job_id = queue.enqueue("write", {}).id
+    refusals = {"complete": 2, "complete_many": 2}
+
+    def rolled_back_at_first(name: str) -> None:
+        real = getattr(queue, name)
+
+        def refuse_then_report(*args: Any, **kwargs: Any) -> Any:
+            if refusals[name]:
+                refusals[name] -= 1
+                raise queuecore.DeadlockError(f"{name}: rolled back on each of 6 tries")
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(queue, name, refuse_then_report)
+
+    rolled_back_at_first("complete")
+    rolled_back_at_first("complete_many")
+    drain(queue, {"write": write_effect}, ack_batch=ack_batch)
+    snap = queue.get(job_id)
+    assert (snap.state, snap.attempts, snap.last_error) == ("done", 1, None)
+    assert effect_rows() == [job_id]
