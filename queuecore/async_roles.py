@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from queuecore.async_handling import AsyncLease
 from queuecore.claimer import FIRST_IDLE_PAUSE, active_limit
-from queuecore.holdings import FRESH_SECONDS, room_for_claims, running_mean
+from queuecore.holdings import FRESH_SECONDS, due_for_check, room_for_claims, running_mean
 from queuecore.job import Job
 from queuecore.leases import CANCEL_POLL, heard, refusal
 from queuecore.observer import WorkerObserver, why_refused_async
@@ -75,12 +75,7 @@ class AsyncHoldings:
             held = not lease.lost.is_set()
             now = time.monotonic()
             if held and lease.checked < now - FRESH_SECONDS:
-                # The others waiting past the window are read too (`Holdings._due`).
-                also = [
-                    other
-                    for other in self.waiting
-                    if other.checked < now - FRESH_SECONDS and not other.lost.is_set()
-                ]
+                also = due_for_check(self.waiting, now - FRESH_SECONDS)
                 try:
                     held, *others = await queue.held([lease.job] + [o.job for o in also])
                     for other, other_held in zip(also, others, strict=True):

@@ -199,17 +199,14 @@ def give_up(exc: DBAPIError, queue: Any, name: str) -> NoReturn:
     raise failure(f"{name}: {where(queue)} {said}: {_first_line(exc)}") from exc
 
 
-def _roll_back_after(failed: BaseException, rollback: Callable[[], None]) -> None:
-    """Roll back after the work failed with `failed`. When the work's own error was the
-    database's, a rollback that fails too (the connection died under the statement:
-    psycopg then says "another command is already in progress") is its echo: the work's
-    error says what happened, and is raised, so a lost connection is still seen as one
-    (CI of e2e4d7b: test_reconnect met the rollback's error instead)."""
-    try:
-        rollback()
-    except DBAPIError:
-        if not isinstance(failed, DBAPIError):
-            raise
+def _rollback_error_wins(failed: BaseException) -> bool:
+    """Whether a rollback's own error should be raised in place of `failed`, the work's.
+    When the work's error was the database's, a rollback that fails too (the connection
+    died under the statement: psycopg then says "another command is already in
+    progress") is its echo: the work's error says what happened, and is raised, so a lost
+    connection is still seen as one (CI of e2e4d7b: test_reconnect met the rollback's
+    error instead)."""
+    return not isinstance(failed, DBAPIError)
 
 
 @contextmanager
@@ -224,7 +221,11 @@ def transaction(engine: Engine) -> Iterator[Connection]:
             try:
                 yield conn
             except BaseException as failed:
-                _roll_back_after(failed, transaction.rollback)
+                try:
+                    transaction.rollback()
+                except DBAPIError:
+                    if _rollback_error_wins(failed):
+                        raise
                 raise
             phase = "commit"
             transaction.commit()
@@ -248,8 +249,8 @@ async def async_transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnectio
                 try:
                     await transaction.rollback()
                 except DBAPIError:
-                    if not isinstance(failed, DBAPIError):
-                        raise  # as `_roll_back_after`
+                    if _rollback_error_wins(failed):
+                        raise
                 raise
             phase = "commit"
             await transaction.commit()

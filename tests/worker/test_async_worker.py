@@ -11,9 +11,10 @@ fixtures' sync queue, on a thread, so the loop never waits for it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import threading
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any
 
 import pytest
@@ -400,3 +401,38 @@ def test_r33_an_async_worker_appears_in_workers_and_disappears_at_its_stop(queue
 
     alongside(opener, {"k": lambda job: None}, body, name="aw-r33", concurrency=3)
     assert queue.workers() == []
+
+
+@pytest.mark.parametrize("ack_batch", [1, 100], ids=["one-by-one", "ack-window"])
+def test_w1_a_completion_the_server_keeps_rolling_back_is_made_again_not_failed(
+    queue, opener, effect_rows, ack_batch
+):
+    """The async twin of the sync worker's test: a completion the database rolled back on
+    every one of the queue's own tries (a `DeadlockError`) waits and is made again; the
+    job is done on its first attempt, its effect written once."""
+    job_id = queue.enqueue("write", {}).id
+    refusals = {"complete": 2, "complete_many": 2}
+
+    @contextlib.asynccontextmanager
+    async def refusing() -> AsyncIterator[queuecore.AsyncQueue]:
+        async with opener() as aqueue:
+            for name in refusals:
+                real = getattr(aqueue, name)
+
+                async def refuse_then_report(*args: Any, _name=name, _real=real, **kwargs: Any):
+                    if refusals[_name]:
+                        refusals[_name] -= 1
+                        raise queuecore.DeadlockError(f"{_name}: rolled back on each of 6 tries")
+                    return await _real(*args, **kwargs)
+
+                setattr(aqueue, name, refuse_then_report)
+            yield aqueue
+
+    async def write(job: queuecore.Job) -> object:
+        return write_effect(job)
+
+    drain(refusing, {"write": write}, ack_batch=ack_batch, ack_seconds=0.05)
+    snap = queue.get(job_id)
+    assert (snap.state, snap.attempts, snap.last_error) == ("done", 1, None)
+    assert effect_rows() == [job_id]
+    assert min(refusals.values()) == 0  # the path the report took was refused twice
