@@ -25,7 +25,7 @@ def cli_reference() -> str:
     """Markdown: a section per command holding its --help, wrapped at 88 columns."""
     os.environ["COLUMNS"] = "88"  # argparse wraps to the terminal; a fixed width here
     os.environ.pop("QUEUECORE_DSN", None)  # defaults never show the builder's DSN
-    from queuecore.cli import build_parser
+    from queuecore.cli.main import build_parser
 
     parts = []
     for name, text in _commands(build_parser(), "queuecore"):

@@ -1,7 +1,7 @@
 """MariaDB (10.5 and newer): many hosts, through mysqlclient by default (ADR 0012).
 
 What differs from the shared statements, each said once by a `Backend` flag: a locking
-scan locks every row it walks past, so the claim goes in steps (`queuecore.claim_steps`);
+scan locks every row it walks past, so the claim goes in steps (`queuecore.sql.claim_steps`);
 there is no UPDATE … RETURNING, no ON CONFLICT DO NOTHING (a dedupe key is taken in a
 savepoint), no partial index (the claim walks the generated column `live_priority`,
 migrations/mariadb), and no write may read its own table in a subquery. There is no
@@ -21,18 +21,18 @@ from sqlalchemy import URL, Connection, Double, Engine, Integer, MetaData, event
 from sqlalchemy.dialects import mysql
 from sqlalchemy.sql.elements import ColumnElement
 
-from queuecore.backend import Backend
-from queuecore.dsn import shown
+from queuecore.contract import Backend
+from queuecore.core.dsn import shown
+from queuecore.core.plans import DriverStep, Outcome
 from queuecore.errors import (
     DatabaseLimitError,
     QueuecoreError,
     StorageFullError,
     UnknownBackendError,
 )
-from queuecore.plans import DriverStep, Outcome
-from queuecore.schema import jobs
-from queuecore.sqlqueue import SQLQueue
-from queuecore.statements import Walk
+from queuecore.executors.sqlqueue import SQLQueue
+from queuecore.sql.schema import jobs
+from queuecore.sql.statements import Walk
 
 #: MariaDB's errors: a unique key taken; a deadlock broken; a lock waited for too long.
 DUPLICATE_ENTRY, DEADLOCK, LOCK_WAIT_TIMEOUT = 1062, 1213, 1205

@@ -20,13 +20,13 @@ from queuecore.backends.mariadb import MariaDBBackend, MariaDBQueue, refuse_mysq
 from sqlalchemy import URL
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from queuecore.asyncqueue import AsyncListener
-from queuecore.hotpath import HotPath
+from queuecore.core.operations import Operations
+from queuecore.core.plans import A, Outcome, Step, Tx
+from queuecore.executors.asyncqueue import AsyncListener
+from queuecore.executors.hotpath import HotPath
+from queuecore.executors.sqlqueue import run_transaction
+from queuecore.executors.waiting import AsyncSleep
 from queuecore.migrate import ensure_schema
-from queuecore.operations import Operations
-from queuecore.plans import A, Outcome, Step, Tx
-from queuecore.sqlqueue import run_transaction
-from queuecore.waiting import AsyncSleep
 
 #: The async drivers of SQLAlchemy's MariaDB dialect: never the sync side's.
 ASYNC_DRIVERS = ("asyncmy", "aiomysql")

@@ -1,7 +1,7 @@
 """MariaDB's jobs table as SQLAlchemy models, for what compares the database with its
 models (`queuecore.migrate.models`, the kit's drift check): the columns of
-`queuecore.schema.jobs` with the types migrations/mariadb gives them, its generated
-column and its indexes. The statements are written on `queuecore.schema.jobs`: the
+`queuecore.sql.schema.jobs` with the types migrations/mariadb gives them, its generated
+column and its indexes. The statements are written on `queuecore.sql.schema.jobs`: the
 names are the same. The migrations, not this, build the table."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
-from queuecore.schema import jobs, workers
+from queuecore.sql.schema import jobs, workers
 
 metadata = MetaData()
 

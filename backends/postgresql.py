@@ -28,14 +28,14 @@ from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.elements import ColumnElement
 
-from queuecore import statements
-from queuecore.backend import Backend
+from queuecore.contract import Backend
+from queuecore.core.operations import Operations
+from queuecore.core.plans import DriverStep, Hot, Outcome
 from queuecore.errors import DatabaseLimitError, QueuecoreError, StorageFullError
+from queuecore.executors.sqlqueue import SQLQueue
 from queuecore.job import Completions, Job
-from queuecore.operations import Operations
-from queuecore.plans import DriverStep, Hot, Outcome
-from queuecore.schema import jobs
-from queuecore.sqlqueue import SQLQueue
+from queuecore.sql import statements
+from queuecore.sql.schema import jobs
 
 if TYPE_CHECKING:
     import psycopg

@@ -29,11 +29,11 @@ from sqlalchemy import URL
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
-from queuecore.hotpath import execute_on_connection, lost_or_not
+from queuecore.core.operations import Operations
+from queuecore.core.plans import A, DriverStep, Outcome, Step, Tx
+from queuecore.executors.hotpath import execute_on_connection, lost_or_not
+from queuecore.executors.reconnect import LOST, async_transaction
 from queuecore.migrate import ensure_schema
-from queuecore.operations import Operations
-from queuecore.plans import A, DriverStep, Outcome, Step, Tx
-from queuecore.reconnect import LOST, async_transaction
 
 if TYPE_CHECKING:
     import psycopg

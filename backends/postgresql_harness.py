@@ -18,7 +18,7 @@ from queuecore.conformance.harness import PRIMARY_KEY, Plan, Unavailable
 from queuecore.conformance.pgbouncer import PgBouncer
 from queuecore.conformance.postgresql_server import ServerUnavailable, find_or_start_postgres
 from queuecore.conformance.server_harness import ServerHarness
-from queuecore.schema import jobs
+from queuecore.sql.schema import jobs
 
 
 class PostgresHarness(ServerHarness):

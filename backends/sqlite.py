@@ -13,7 +13,8 @@ import sqlalchemy as sa
 from sqlalchemy import URL, Engine, event, make_url
 from sqlalchemy.dialects import sqlite
 
-from queuecore.backend import Backend
+from queuecore.contract import Backend
+from queuecore.core.plans import DriverStep, Outcome
 from queuecore.errors import (
     DatabaseBusyError,
     DatabaseLimitError,
@@ -21,9 +22,8 @@ from queuecore.errors import (
     SQLiteBuildWarning,
     StorageFullError,
 )
-from queuecore.plans import DriverStep, Outcome
-from queuecore.schema import jobs
-from queuecore.sqlqueue import SQLQueue
+from queuecore.executors.sqlqueue import SQLQueue
+from queuecore.sql.schema import jobs
 
 if TYPE_CHECKING:
     from sqlalchemy.engine.interfaces import DBAPIConnection

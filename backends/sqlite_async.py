@@ -31,13 +31,13 @@ from sqlalchemy.dialects.sqlite.aiosqlite import AsyncAdapt_aiosqlite_dbapi
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import AsyncAdaptedQueuePool
 
-from queuecore.asyncqueue import AsyncListener
-from queuecore.hotpath import HotPath
+from queuecore.core.operations import Operations
+from queuecore.core.plans import A, Outcome, Step, Tx
+from queuecore.executors.asyncqueue import AsyncListener
+from queuecore.executors.hotpath import HotPath
+from queuecore.executors.sqlqueue import run_transaction
+from queuecore.executors.waiting import AsyncSleep
 from queuecore.migrate import ensure_schema
-from queuecore.operations import Operations
-from queuecore.plans import A, Outcome, Step, Tx
-from queuecore.sqlqueue import run_transaction
-from queuecore.waiting import AsyncSleep
 
 #: Rows aiosqlite fetches per hop when a result is iterated.
 CHUNK = 256

@@ -14,7 +14,7 @@ from queuecore.backends.sqlite import pick_driver
 
 import queuecore
 from queuecore.conformance.harness import PRIMARY_KEY, Harness, Plan
-from queuecore.schema import jobs
+from queuecore.sql.schema import jobs
 
 
 class SQLiteHarness(Harness):

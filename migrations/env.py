@@ -11,7 +11,7 @@ from sqlalchemy import create_engine
 
 from queuecore.connect import backend_for
 from queuecore.migrate import VERSION_TABLE, include_object
-from queuecore.schema import metadata
+from queuecore.sql.schema import metadata
 
 
 def run_migrations_online() -> None:

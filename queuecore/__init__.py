@@ -3,8 +3,6 @@
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _version
 
-from queuecore.async_handling import AsyncLease
-from queuecore.async_worker import AsyncWorker
 from queuecore.connect import connect, connect_async, sqlite_engine
 from queuecore.copying import CopyReport, copy
 from queuecore.errors import (
@@ -30,8 +28,10 @@ from queuecore.job import Completions, EnqueueResult, Job, JobSnapshot, WorkerIn
 from queuecore.migrate import migrate
 from queuecore.protocol import AsyncEffect, AsyncQueue, Effect, Listener, Queue
 from queuecore.registry import Registry
-from queuecore.supervisor import HandlerProcesses
-from queuecore.worker import Worker
+from queuecore.worker.async_handling import AsyncLease
+from queuecore.worker.async_worker import AsyncWorker
+from queuecore.worker.processes.handler_processes import HandlerProcesses
+from queuecore.worker.worker import Worker
 
 try:
     #: The installed release, as the package metadata says (`queuecore --version`).

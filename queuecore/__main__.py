@@ -2,6 +2,6 @@
 
 import sys
 
-from queuecore.cli import main
+from queuecore.cli.main import main
 
 sys.exit(main())

@@ -10,8 +10,8 @@ from typing import Any
 
 from sqlalchemy import URL, Engine
 
-from queuecore import options as option_set
-from queuecore.dsn import to_url
+from queuecore.core import options as option_set
+from queuecore.core.dsn import to_url
 from queuecore.errors import UnknownBackendError
 from queuecore.protocol import AsyncQueue, BackendClass, Queue
 
@@ -138,8 +138,8 @@ class Opening:
 
 
 async def _open_async(bind: str | URL, **options: Any) -> AsyncQueue:
-    from queuecore.asyncqueue import AsyncSQLQueue
-    from queuecore.sqlqueue import SQLQueue
+    from queuecore.executors.asyncqueue import AsyncSQLQueue
+    from queuecore.executors.sqlqueue import SQLQueue
 
     url = to_url(bind)
     backend = backend_for(url)

@@ -21,11 +21,11 @@ from typing import Any, Literal
 
 from sqlalchemy import URL, Connection, Engine, exc, func, insert, select
 
-from queuecore import validate
 from queuecore.connect import backend_for, connect
+from queuecore.core import validate
 from queuecore.errors import CopyConflictError, CopyLimitsError, LiveLeasesError
-from queuecore.reconnect import give_up
-from queuecore.schema import RUNNING, jobs
+from queuecore.executors.reconnect import give_up
+from queuecore.sql.schema import RUNNING, jobs
 
 LiveLeases = Literal["refuse", "keep"]
 #: Ids left to the source after a copy, for what it enqueues until the last copy: the

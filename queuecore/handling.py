@@ -25,11 +25,11 @@ from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import Any
 
-from queuecore import validate
+from queuecore.core import validate
+from queuecore.executors.sqlqueue import ERROR_TEXT_LIMIT
 from queuecore.job import Job
+from queuecore.observe.tracing import handler_span
 from queuecore.protocol import Effect
-from queuecore.sqlqueue import ERROR_TEXT_LIMIT
-from queuecore.tracing import handler_span
 
 Handler = Callable[[Job], object]
 

@@ -19,9 +19,9 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import URL, Engine, MetaData
 from sqlalchemy.exc import OperationalError
 
-from queuecore.dsn import scrubbed, secrets_of, shown
+from queuecore.core.dsn import scrubbed, secrets_of, shown
 from queuecore.errors import DatabaseUnreachableError, NotMigratedError, SchemaTooNewError
-from queuecore.schema import metadata
+from queuecore.sql.schema import metadata
 
 VERSION_TABLE = "queuecore_alembic_version"
 #: The revisions SQLite and PostgreSQL share (`migrations/versions`).
@@ -72,7 +72,7 @@ def migration_chain(engine: Engine | None) -> str:
 
 def models(engine: Engine) -> MetaData:
     """The models the migrations of `engine`'s backend build (what a drift check compares
-    the database with): `queuecore.schema`'s, or the backend's own `metadata`."""
+    the database with): `queuecore.sql.schema`'s, or the backend's own `metadata`."""
     from queuecore.connect import backend_for
 
     own: MetaData = getattr(backend_for(engine.url), "metadata", metadata)
@@ -144,7 +144,7 @@ def _engine(bind: str | URL | Engine, options: dict[str, Any]) -> Iterator[Engin
         yield bind
         return
     from queuecore.connect import backend_for, installed_backends, to_url
-    from queuecore.options import for_engine
+    from queuecore.core.options import for_engine
 
     url = to_url(bind)
     backend = backend_for(url)

@@ -10,7 +10,7 @@ import sys
 WITHOUT_GREENLET = """
 import sys
 sys.modules["greenlet"] = None  # an import of it now fails, as where it is not installed
-import queuecore, queuecore.cli
+import queuecore, queuecore.cli.main
 with queuecore.connect(sys.argv[1]) as queue:
     assert queue.enqueue("k", {}).created
 print("ok")

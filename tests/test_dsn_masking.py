@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import make_url
 
-from queuecore.cli import main
-from queuecore.dsn import masked, secrets_of, shown
+from queuecore.cli.main import main
+from queuecore.core.dsn import masked, secrets_of, shown
 
 SECRET = "Sekr1t"
 

@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 
 from queuecore.connect import ENTRY_POINT_GROUP
+from queuecore.executors.sqlqueue import SQLQueue
 from queuecore.protocol import Queue
-from queuecore.sqlqueue import SQLQueue
 
 REPO = Path(__file__).resolve().parents[1]
 
 #: Class-level hooks a backend gives `connect` and `copy`, not its users: the backend
 #: side of the contract (docs/contract.md, "What a backend guarantees").
 #: `backend_class` / `make_backend` give both executors the backend's statement-level
-#: hooks (`queuecore.backend.Backend`); `open_async` is `connect_async`'s way in.
+#: hooks (`queuecore.contract.Backend`); `open_async` is `connect_async`'s way in.
 BACKEND_HOOKS = {
     "create_engine",
     "id_sequence",
@@ -76,7 +76,7 @@ def test_mypy_accepts_every_backend_as_a_queue(
             from backends.postgresql import PostgresQueue
             from backends.sqlite import SQLiteQueue
             from queuecore.protocol import Queue
-            from queuecore.sqlqueue import SQLQueue
+            from queuecore.executors.sqlqueue import SQLQueue
 
 
             def as_queues(

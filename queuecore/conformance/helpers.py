@@ -11,7 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import Engine, event
 
-from queuecore.schema import jobs
+from queuecore.sql.schema import jobs
 
 
 def job_row(db: Engine, job_id: int) -> dict[str, Any] | None:

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 import queuecore
 from queuecore.conformance.harness import Harness
 from queuecore.migrate import VERSION_TABLE
-from queuecore.schema import jobs, workers
+from queuecore.sql.schema import jobs, workers
 
 #: The name each throw-away database starts with (the rest is random).
 PREFIX = "queuecore_test_"

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 import queuecore
-from queuecore.schema import jobs
+from queuecore.sql.schema import jobs
 
 
 def run(dsn: str, scenario: Callable[[Any], Awaitable[None]]) -> None:

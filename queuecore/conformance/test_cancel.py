@@ -115,7 +115,7 @@ def test_r25_cancel_of_an_id_that_is_not_an_integer_is_a_type_error(queue, db, b
 
 def test_r25_the_database_refuses_an_unknown_state(db):
     """The CHECK of migration 0003 knows `cancelled` and still refuses anything else."""
-    from queuecore.schema import jobs
+    from queuecore.sql.schema import jobs
 
     row = {
         "kind": "k",

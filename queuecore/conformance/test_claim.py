@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from queuecore import Job
 from queuecore.conformance.helpers import epoch, job_row
-from queuecore.statements import LEASE_EXPIRED_ON_LAST_ATTEMPT
+from queuecore.sql.statements import LEASE_EXPIRED_ON_LAST_ATTEMPT
 
 
 def ids(jobs: list[Job]) -> list[int]:

@@ -3,9 +3,9 @@ attempt, when it failed and the error cut as R11 cuts it; R08's lost lease is on
 
 from __future__ import annotations
 
+from queuecore.core.operations import ERROR_TEXT_LIMIT
 from queuecore.job import to_datetime
-from queuecore.operations import ERROR_TEXT_LIMIT
-from queuecore.statements import LEASE_EXPIRED_ON_LAST_ATTEMPT
+from queuecore.sql.statements import LEASE_EXPIRED_ON_LAST_ATTEMPT
 
 
 def test_r32_every_failed_attempt_is_kept_oldest_first(make_queue, clock):

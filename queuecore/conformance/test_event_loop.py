@@ -20,7 +20,7 @@ import pytest
 import sqlalchemy as sa
 
 import queuecore
-from queuecore.schema import jobs
+from queuecore.sql.schema import jobs
 
 HOLD = 2.0  # how long the other connection keeps the lock (seconds)
 FALLBACK = 8.0  # when the timer thread gives up on the loop and releases the lock itself

@@ -1,5 +1,5 @@
 """The migrations are the only source of the schema: they must build exactly the tables
-and indexes of `queuecore.schema`, keep their own version table, run twice harmlessly,
+and indexes of `queuecore.sql.schema`, keep their own version table, run twice harmlessly,
 and leave an application's own tables and alembic history in the same database alone."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import queuecore
 from queuecore.conformance.harness import Harness
 from queuecore.conformance.helpers import capture_sql
 from queuecore.migrate import VERSION_TABLE, head_revision, include_object, models
-from queuecore.schema import jobs, workers
+from queuecore.sql.schema import jobs, workers
 
 DDL = ("CREATE", "ALTER", "DROP")
 

@@ -24,8 +24,8 @@ from hypothesis.stateful import (
 import queuecore
 from queuecore.conformance.fixtures import START
 from queuecore.job import to_datetime
-from queuecore.schema import jobs
-from queuecore.statements import LEASE_EXPIRED_ON_LAST_ATTEMPT
+from queuecore.sql.schema import jobs
+from queuecore.sql.statements import LEASE_EXPIRED_ON_LAST_ATTEMPT
 
 LEASE = 10.0
 BACKOFF_BASE, BACKOFF_CAP = 1.0, 8.0

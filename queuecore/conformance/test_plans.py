@@ -1,6 +1,6 @@
 """R19 (and R16's "never scans finished rows"): the hot statements read partial indexes
 over live rows, so their cost does not grow with the finished rows. Checked on the
-query plans of the real statements from `queuecore.statements`, never on timings."""
+query plans of the real statements from `queuecore.sql.statements`, never on timings."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ import sqlalchemy as sa
 from sqlalchemy import Double, bindparam
 from sqlalchemy.sql.elements import ColumnElement
 
-from queuecore import statements
-from queuecore.compiled import Compiled
 from queuecore.conformance.fixtures import FakeClock
 from queuecore.conformance.harness import PRIMARY_KEY, Harness, Plan
-from queuecore.schema import jobs
-from queuecore.sqlqueue import SQLQueue
+from queuecore.executors.sqlqueue import SQLQueue
+from queuecore.sql import statements
+from queuecore.sql.compiled import Compiled
+from queuecore.sql.schema import jobs
 
 FINISHED_ROWS = 100_000
 READY = {"ix_queuecore_jobs_ready", "ix_queuecore_jobs_ready_by_queue"}
@@ -86,7 +86,7 @@ def claim_statements(
     queue: SQLQueue, one: bool, queue_count: int | None, kind_count: int | None
 ) -> list[tuple[Any, dict[str, Any]]]:
     """What a claim of this shape sends, and the parameters to explain each with: the hot
-    path's compiled steps, or the claim in steps (`queuecore.claim_steps`) with ids."""
+    path's compiled steps, or the claim in steps (`queuecore.sql.claim_steps`) with ids."""
     if not queue.backend.locks_rows_it_walks_past:
         return [(step, {}) for step in queue.ops.claim_plan(one, queue_count, kind_count).steps]
     by_ids = {"ids": [1, 2], "passed": [3], "wanted": 18, "lease_end": 0.0}

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from queuecore import Job, Queue
 from queuecore.conformance.fixtures import FakeClock
 from queuecore.conformance.helpers import all_rows, epoch, job_row
-from queuecore.schema import jobs
+from queuecore.sql.schema import jobs
 
 
 class EffectFailed(Exception):

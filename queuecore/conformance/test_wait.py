@@ -7,9 +7,9 @@ import threading
 import pytest
 import sqlalchemy as sa
 
-import queuecore.waiting
+import queuecore.executors.waiting
 from queuecore.conformance.helpers import all_rows, job_row
-from queuecore.schema import jobs
+from queuecore.sql.schema import jobs
 
 
 class CountingLooks:
@@ -124,7 +124,7 @@ def test_r26_wait_of_an_id_that_is_not_an_integer_is_a_type_error(queue):
 def test_r26_a_backend_that_can_listen_wakes_the_waiter_by_notification(queue, db, monkeypatch):
     """The first pause is made 30 s long: only the notification can end it in time (on
     PostgreSQL, the trigger's NOTIFY)."""
-    monkeypatch.setattr(queuecore.waiting, "FIRST_PAUSE", 30.0)
+    monkeypatch.setattr(queuecore.executors.waiting, "FIRST_PAUSE", 30.0)
     job_id = queue.enqueue("k", {}).id
     (job,) = queue.claim("w")
     seen = []

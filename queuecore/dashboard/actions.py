@@ -10,9 +10,9 @@ from typing import Any
 
 from sqlalchemy import Update, bindparam, update
 
-from queuecore import validate
-from queuecore.dashboard.queries import NOW
-from queuecore.schema import QUEUED, jobs
+from queuecore.core import validate
+from queuecore.sql.queries import NOW
+from queuecore.sql.schema import QUEUED, jobs
 
 PURGEABLE = ("done", "dead", "cancelled")
 

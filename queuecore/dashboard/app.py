@@ -31,8 +31,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from queuecore import validate
-from queuecore.dashboard import queries
+from queuecore.core import validate
 from queuecore.dashboard.actions import ACTIONS, job_actions
 from queuecore.dashboard.chart import bars
 from queuecore.dashboard.security import (
@@ -42,6 +41,7 @@ from queuecore.dashboard.security import (
     csrf_passes,
     csrf_token,
 )
+from queuecore.sql import queries
 
 HERE = Path(__file__).parent
 PAGE_SIZE = 50
@@ -248,11 +248,12 @@ class Dashboard:
         return self.render(request, "workers.html", workers=seen)
 
     async def metrics(self, request: Request) -> Response:
-        """The queue-level Prometheus gauges (`queuecore.metrics`), when that extra is here."""
+        """The queue-level Prometheus gauges (`queuecore.observe.metrics`), when that extra is
+        here."""
         try:
             from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-            from queuecore.metrics import queue_registry
+            from queuecore.observe.metrics import queue_registry
         except ImportError:
             return PlainTextResponse(
                 "metrics need their extra: pip install 'queuecore[metrics]'", status_code=404

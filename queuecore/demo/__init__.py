@@ -23,8 +23,9 @@ from collections import Counter
 from pathlib import Path
 from typing import IO, Any
 
-from queuecore import validate
 from queuecore.connect import connect, to_url
+from queuecore.core import validate
+from queuecore.core.dsn import shown
 from queuecore.demo.jobs import KINDS, enqueue_mix, ledger
 from queuecore.demo.pool import (
     REGISTRY_SPEC,
@@ -34,8 +35,7 @@ from queuecore.demo.pool import (
     worker_command,
 )
 from queuecore.demo.verdict import verdict
-from queuecore.dsn import shown
-from queuecore.table import render
+from queuecore.observe.tables import render
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

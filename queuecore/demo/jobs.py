@@ -23,11 +23,11 @@ from typing import Any
 
 from sqlalchemy import BigInteger, Column, Connection, Engine, Index, Integer, MetaData, Table, Text
 
-from queuecore.handler_process import supervisor_pid
 from queuecore.handling import Retry, current_lease
 from queuecore.job import Job
 from queuecore.protocol import Effect
 from queuecore.registry import Registry
+from queuecore.worker.processes.handler_child import supervisor_pid
 
 REGISTRY = Registry()
 

@@ -13,8 +13,8 @@ from sqlalchemy import Engine, and_, func, select
 
 from queuecore.demo.jobs import KINDS, ledger
 from queuecore.demo.pool import WorkerPool
-from queuecore.schema import jobs
-from queuecore.table import render
+from queuecore.observe.tables import render
+from queuecore.sql.schema import jobs
 
 
 @dataclass

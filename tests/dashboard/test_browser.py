@@ -21,7 +21,7 @@ from selenium.common.exceptions import StaleElementReferenceException, WebDriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from queuecore.schema import jobs
+from queuecore.sql.schema import jobs
 from tests.dashboard.browser import dashboard, mounted, post, start_chromium
 
 # One chromium for the module: its tests run on one process of a parallel run.

@@ -12,7 +12,8 @@ import itertools
 
 from queuecore.conformance.harness import PRIMARY_KEY, Harness
 from queuecore.conformance.test_plans import crowded, explain
-from queuecore.dashboard import actions, queries
+from queuecore.dashboard import actions
+from queuecore.sql import queries
 
 __all__ = ["crowded"]  # the fixture, found by its name
 

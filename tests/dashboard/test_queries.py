@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from queuecore.conformance.fixtures import START
-from queuecore.dashboard import queries
-from queuecore.statements import LEASE_EXPIRED_ON_LAST_ATTEMPT
+from queuecore.sql import queries
+from queuecore.sql.statements import LEASE_EXPIRED_ON_LAST_ATTEMPT
 
 
 def all_pages(db, filters: queries.ListFilter, size: int, now: float) -> list[list[int]]:

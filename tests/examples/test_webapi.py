@@ -22,7 +22,7 @@ import pytest
 import sqlalchemy as sa
 
 import queuecore
-from queuecore.schema import jobs
+from queuecore.sql.schema import jobs
 from tests.worker.processes import REPO, queuecore_env, queuecore_process, wait_until
 
 THUMBNAILS, FLAKY, INVOICES, SHORT_EXPORTS = 150, 15, 20, 8

@@ -21,8 +21,8 @@ import queuecore
 from queuecore.demo.jobs import KINDS, ledger, payload
 from queuecore.demo.pool import WorkerPool, worker_command
 from queuecore.demo.verdict import outcomes
-from queuecore.reconnect import PAUSES
-from queuecore.schema import jobs
+from queuecore.executors.reconnect import PAUSES
+from queuecore.sql.schema import jobs
 from tests.faults.helpers import wait_until
 
 # Jobs that succeed; jobs that always raise. The fault comes when a third are finished, so

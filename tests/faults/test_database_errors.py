@@ -12,8 +12,8 @@ import pytest
 import sqlalchemy as sa
 
 import queuecore
-from queuecore import reconnect
-from queuecore.reconnect import LOST
+from queuecore.executors import reconnect
+from queuecore.executors.reconnect import LOST
 
 
 def driver_errors(backend: str) -> list[tuple[Exception, type[Exception] | None]]:

@@ -21,7 +21,7 @@ import pytest
 import sqlalchemy as sa
 
 import queuecore
-from queuecore.cli import main
+from queuecore.cli.main import main
 from queuecore.conformance.postgresql_server import PrivateCluster, ServerUnavailable
 from tests.worker.processes import queuecore_process, wait_until
 

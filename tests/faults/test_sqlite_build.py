@@ -141,7 +141,7 @@ def test_the_standard_warnings_filter_silences_it(tmp_path):
     code = (
         "import warnings, sys, queuecore; "
         "warnings.filterwarnings('ignore', category=queuecore.SQLiteBuildWarning); "
-        "from queuecore.cli import main; sys.exit(main(sys.argv[1:]))"
+        "from queuecore.cli.main import main; sys.exit(main(sys.argv[1:]))"
     )
     del env["PYTHONWARNINGS"]
     filtered = subprocess.run(

@@ -8,7 +8,7 @@ import sqlalchemy as sa
 
 import queuecore
 from queuecore import Job, Permanent, Retry, current_lease
-from queuecore.schema import jobs
+from queuecore.sql.schema import jobs
 
 DSN_VARIABLE = "QUEUECORE_METRICS_TEST_DSN"
 

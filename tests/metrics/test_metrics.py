@@ -14,7 +14,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
-from queuecore.schema import jobs
+from queuecore.sql.schema import jobs
 from tests.dashboard.browser import dashboard, free_port
 from tests.metrics.jobs import DSN_VARIABLE
 from tests.worker.processes import queuecore_process

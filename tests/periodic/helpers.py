@@ -13,7 +13,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from queuecore.schema import jobs
+from queuecore.sql.schema import jobs
 from tests.worker.processes import REPO, queuecore_command, queuecore_env
 
 

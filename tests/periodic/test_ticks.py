@@ -7,7 +7,7 @@ from datetime import datetime
 import pytest
 
 import queuecore
-from queuecore.schedules import GRACE_SECONDS, Schedule
+from queuecore.worker.schedules import GRACE_SECONDS, Schedule
 
 
 def epoch(iso: str) -> float:

@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 
 import queuecore
-from queuecore.schema import jobs
+from queuecore.sql.schema import jobs
 
 DIRECTIONS = (
     "sqlite-to-postgresql",

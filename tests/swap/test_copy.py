@@ -14,8 +14,8 @@ import pytest
 import sqlalchemy as sa
 
 import queuecore
-from queuecore.cli import main
-from queuecore.schema import jobs
+from queuecore.cli.main import main
+from queuecore.sql.schema import jobs
 from tests.swap.helpers import DIRECTIONS, new_database, new_pair, rows
 
 

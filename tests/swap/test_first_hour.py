@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import queuecore
-from queuecore.cli import main
+from queuecore.cli.main import main
 
 REPO = Path(__file__).resolve().parents[2]
 REFUSED = "postgresql+psycopg://postgres@127.0.0.1:1/queuecore"

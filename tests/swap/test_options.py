@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 
 import queuecore
-from queuecore.cli import main
+from queuecore.cli.main import main
 
 EVERY_OPTION = {
     "lease_seconds": 10,

@@ -18,7 +18,7 @@ import pytest
 import sqlalchemy as sa
 
 import queuecore
-from queuecore.schema import jobs
+from queuecore.sql.schema import jobs
 from tests.swap.helpers import rows
 from tests.worker.processes import (
     REPO,

@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from queuecore.schema import jobs
+from queuecore.sql.schema import jobs
 from tests.worker.processes import REPO, queuecore_env, run_queuecore
 
 #: Where the worker's registry (tests/traces/traced_jobs.py) writes its spans. That module

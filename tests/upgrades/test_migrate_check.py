@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from queuecore.cli import main
+from queuecore.cli.main import main
 from queuecore.conformance.harness import Harness
 from queuecore.migrate import VERSION_TABLE, current_revision, head_revision
 from tests.upgrades.revisions import one_revision_behind

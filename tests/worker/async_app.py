@@ -9,7 +9,7 @@ import logging
 import sys
 
 import queuecore
-from queuecore.worklog import LOG_FORMAT
+from queuecore.observe.worklog import LOG_FORMAT
 from tests.worker.async_handlers import REGISTRY
 
 

@@ -21,7 +21,7 @@ import pytest
 
 import queuecore
 from queuecore import AsyncWorker, Done, Permanent, Retry, current_lease
-from queuecore.observer import WorkerObserver
+from queuecore.observe.observer import WorkerObserver
 from tests.faults.helpers import PATIENCE
 from tests.worker.test_worker import effect_rows, write_effect
 

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 
 import queuecore
 from queuecore.conformance.postgresql_server import PrivateCluster
-from queuecore.reconnect import PAUSES
+from queuecore.executors.reconnect import PAUSES
 from tests.faults.helpers import PATIENCE
 
 # One private cluster for the module: its tests run on one process of a parallel run.

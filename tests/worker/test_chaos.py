@@ -27,8 +27,8 @@ import sqlalchemy as sa
 
 from queuecore.demo.jobs import KINDS, Kind, enqueue_mix, ledger
 from queuecore.demo.pool import WorkerPool, fixed_sqlite_driver, supervise, worker_command
-from queuecore.schema import jobs
-from queuecore.statements import LEASE_EXPIRED_ON_LAST_ATTEMPT
+from queuecore.sql.schema import jobs
+from queuecore.sql.statements import LEASE_EXPIRED_ON_LAST_ATTEMPT
 from tests.worker.processes import REPO
 
 WORKERS = 8

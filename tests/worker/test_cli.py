@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from queuecore.cli import main
+from queuecore.cli.main import main
 from tests.worker.processes import run_queuecore
 
 UNREACHABLE = (

@@ -13,7 +13,7 @@ from importlib.metadata import version
 import pytest
 
 import queuecore
-from queuecore.cli import HelpFormatter, build_parser, main
+from queuecore.cli.main import HelpFormatter, build_parser, main
 from queuecore.conformance.helpers import all_rows
 from tests.worker.processes import run_queuecore
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from queuecore.cli import main
+from queuecore.cli.main import main
 from queuecore.conformance.helpers import all_rows
 from tests.worker.processes import run_queuecore
 

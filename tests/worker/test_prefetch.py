@@ -3,9 +3,9 @@ jobs follow from the handlers' mean run time, and what a long handler gives back
 
 from __future__ import annotations
 
-from queuecore.claimer import AUTO_PREFETCH_MOST, auto_prefetch
-from queuecore.holdings import Holdings
-from queuecore.process_slot import AHEAD_MOST, jobs_ahead
+from queuecore.worker.claimer import AUTO_PREFETCH_MOST, auto_prefetch
+from queuecore.worker.holdings import Holdings
+from queuecore.worker.processes.handler_slot import AHEAD_MOST, jobs_ahead
 from tests.worker.processes import queuecore_process, wait_until
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from queuecore.cli import main
-from queuecore.schema import jobs
+from queuecore.cli.main import main
+from queuecore.sql.schema import jobs
 from tests.worker.processes import run_queuecore
 
 # Clears the screen, then retitles the window.

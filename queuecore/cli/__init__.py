@@ -1,0 +1,1 @@
+"""The `queuecore` command line (`main`), one module per group of commands."""

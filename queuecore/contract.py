@@ -1,0 +1,125 @@
+"""What one database does differently, said once for both executors.
+
+A backend is a `Backend` (statements and flags, shared by the sync and the async queue)
+plus the queue class its entry point names (`SQLQueue` subclass: the engine, the id
+sequence, LISTEN). Everything here is about *what* to send; the driver I/O of each
+executor is the last part (`run_on_driver` for the sync hot path, `async_hot_path`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from sqlalchemy import Insert
+from sqlalchemy.engine import Dialect
+from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql.elements import ColumnElement
+
+from queuecore.core.plans import DriverStep, Hot, Outcome
+from queuecore.errors import QueuecoreError
+from queuecore.job import Completions
+from queuecore.sql.statements import LIVE_WALK, Walk
+
+if TYPE_CHECKING:
+    from queuecore.core.operations import Operations
+    from queuecore.job import Job
+
+
+class Backend:
+    """The statement-level hooks of one database. One instance per queue (it may hold
+    backend options, e.g. PostgreSQL's `notify`)."""
+
+    #: Run migrations at connect when the schema is missing (the embedded default).
+    migrates_on_connect: ClassVar[bool] = False
+    #: The many-job claim's rows are put in claim order by their returned `ready_at`;
+    #: else (SQLite) `statements.claim_order` lists the order first.
+    returns_from_columns: ClassVar[bool] = False
+    #: The longest pause between two looks of `wait()`: short where polling is all
+    #: there is, longer where a notification wakes the waiter anyway.
+    wait_pause_cap: ClassVar[float] = 0.5
+    #: A locking read locks every row its scan walks past, not only those it returns
+    #: (InnoDB): the claim then reads its candidates without locks first, and locks
+    #: them by id (`queuecore.sql.claim_steps`), so that it holds up no other job's report.
+    locks_rows_it_walks_past: ClassVar[bool] = False
+    #: `INSERT … ON CONFLICT DO NOTHING` exists: a taken dedupe key writes nothing and
+    #: returns no id. Without it (MariaDB) the insert runs in a savepoint, rolled back
+    #: when `is_duplicate_key` says the key was taken (R02, R27).
+    skips_conflicting_inserts: ClassVar[bool] = True
+    #: An UPDATE or DELETE may read its own table in a subquery (MariaDB refuses it:
+    #: such reads then go through a derived table, or the write waits for locked rows).
+    writes_read_own_table: ClassVar[bool] = True
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
+        #: UPDATE … RETURNING exists (SQLAlchemy's own flag for the dialect); without it the
+        #: rows an update wrote are read back in the same transaction.
+        self.update_returning: bool = dialect.update_returning
+
+    @staticmethod
+    def insert(table: Any) -> Any:
+        """The dialect's INSERT construct (with `on_conflict_do_nothing` where
+        `skips_conflicting_inserts`)."""
+        raise NotImplementedError
+
+    def walk(self) -> Walk:
+        """How a claim walks the live rows in claim order: the columns of the index that
+        holds them (a partial index where the database has them)."""
+        return LIVE_WALK
+
+    def rolled_back(self, error: Exception) -> bool:
+        """Whether the server rolled the whole transaction back under `error` (a
+        deadlock broken, a lock wait that ran out), so running it again is safe."""
+        return False
+
+    def failure(self, error: Exception) -> type[QueuecoreError] | None:
+        """The queuecore error that a driver's error under `error` (SQLAlchemy's wrapper)
+        means for the user (R30): `StorageFullError` for a full disk, `DatabaseLimitError`
+        for a limit of the database's own; None for any other."""
+        return None
+
+    def is_duplicate_key(self, error: Exception) -> bool:
+        """Whether a failed INSERT broke the dedupe key's unique constraint (needed only
+        where the database cannot skip conflicting inserts)."""
+        return False
+
+    def server_now(self) -> ColumnElement[float] | None:
+        """The database server's clock as SQL, or None where the local clock is the default."""
+        return None
+
+    def announcing(self, insert: Insert) -> ClauseElement:
+        """The hot path's INSERT with `announce` folded into it, where the database can."""
+        return insert
+
+    def announce(self, queue: str) -> list[tuple[Any, dict[str, Any]]]:
+        """Statements that wake idle workers of `queue` when the enqueuing transaction
+        commits (W6). None where the database cannot notify: workers poll."""
+        return []
+
+    def announce_cancel(self, job_id: int) -> list[tuple[Any, dict[str, Any]]]:
+        """Statements that tell the workers, when the cancelling transaction commits,
+        that job `job_id` was cancelled (W9). None where the database cannot notify:
+        workers holding jobs poll for it."""
+        return []
+
+    def build(self, ops: Operations) -> None:
+        """Add the backend's own statements to `ops` (called once, at the end of its set-up)."""
+
+    def complete_fenced(self, ops: Operations, batch: Sequence[Job]) -> Hot[Completions]:
+        """Fenced completes of many jobs in one transaction (no effects): one statement
+        per job; a backend may do it in one. One round: `finish` answers `complete_many`."""
+        steps = [(ops.hot_complete, ops.fence(job)) for job in batch]
+        return Hot(steps, lambda outcomes: Completions(count == 1 for count, _, _ in outcomes))
+
+    def check_callers_connection(self, conn: Any) -> None:
+        """Refuse a caller's connection (`conn=`) the queue cannot share a transaction with."""
+
+    # --- the sync hot path's driver I/O -------------------------------------------
+
+    def prepare_hot_connection(self, conn: Any) -> None:
+        """Set up a driver connection that the hot path owns (e.g. its transaction mode)."""
+
+    def run_on_driver(self, conn: Any, steps: Sequence[DriverStep]) -> list[Outcome]:
+        """Run the steps on the DBAPI connection: one step on its own (autocommit), several
+        in one transaction that takes the write lock up front. Every row is fetched."""
+        raise NotImplementedError

@@ -1,0 +1,2 @@
+"""What a worker and a queue tell the people who watch them: the observer interface,
+Prometheus metrics, OpenTelemetry traces, the worker's log lines and text tables."""

@@ -1,0 +1,351 @@
+"""Every job a worker holds, shared by its roles: the claimer adds jobs, slots take the
+waiting ones, the reporter lets them go, the lease keeper renews them all.
+
+A job is held from its claim until it was reported (or left to its lease); while its
+completion waits in the ack window it still counts as held, not as active. Leases, not
+job ids, are held: a job whose lease ran out can be claimed again by this very worker
+while its first run is still being reported.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+from queuecore.executors.reconnect import connection_lost
+from queuecore.handling import Lease
+from queuecore.job import Job
+from queuecore.observe.worklog import label, log
+from queuecore.worker.async_handling import AsyncLease
+
+#: Asks the queue which of these jobs their claims still hold (`Queue.held`).
+Check = Callable[[list[Job]], list[bool]]
+
+
+#: W9: how long after its claim (or its last check) a job is handed to a slot without
+#: reading its fence again: the claim read it. The window a cancel can slip through is
+#: this, as for the jobs already sent to a handler process (AHEAD_SECONDS of work); such
+#: a handler hears the cancel as a running one does (`lost`). Measured on no-op jobs, a
+#: read per hand-over cost 8% of the worker's throughput on SQLite and over 30% on
+#: PostgreSQL (the slots wait for it), and with this window almost no read is needed
+#: on a quiet machine: jobs claimed ahead of busy slots are handed over within
+#: milliseconds. On a loaded one they wait longer, so a check reads every job then
+#: waiting past the window, not only the ones taken (`_due`): the next hand-overs find
+#: theirs fresh. On PostgreSQL the cancel's NOTIFY also marks a job claimed ahead, so it
+#: is dropped unread.
+FRESH_SECONDS = 0.02
+
+
+AnyLease = TypeVar("AnyLease", Lease, AsyncLease)
+
+
+class _Asked:
+    """One slot's check of the jobs it takes, answered on the claimer's thread."""
+
+    __slots__ = ("answer", "done", "error", "jobs")
+
+    def __init__(self, jobs: list[Job]) -> None:
+        self.jobs = jobs
+        self.answer: list[bool] = []
+        self.error: Exception | None = None
+        self.done = threading.Event()
+
+
+class Holdings:
+    def __init__(self, *, checked: bool = False) -> None:
+        """`checked`: the jobs a slot takes are checked before it runs them (W9), so a
+        job cancelled while it waited here never starts. The claimer answers the checks
+        (`answer_checks`) on its own connection, every slot waiting at that moment in
+        one read: a worker's connections do not grow with its slots."""
+        self.checked = checked
+        self._asked: list[_Asked] = []
+        self._checks_closed = False
+        self._lock = threading.Lock()
+        self._leases: set[Lease] = set()  # every job held: waiting, running or acking
+        self._waiting: deque[Lease] = deque()  # claimed, not yet started
+        self._acking = 0  # how many of the held jobs wait in the ack window
+        self._starting = 0  # slots whose handler process is starting: no job for them yet
+        self._late: list[Lease] = []  # taken while a stop came: the worker releases them
+        self._work = threading.Condition(self._lock)  # a job is waiting, or stopping
+        #: The mean time its handlers ran (recent runs weigh most): the claimer's prefetch.
+        self.handler_seconds: float | None = None
+        #: The claimer should look again: a slot freed up, a notification, or a stop.
+        self.wake = threading.Event()
+        self.stopping = threading.Event()
+
+    def hand_out(self, jobs: list[Job]) -> None:
+        with self._lock:
+            for job in jobs:
+                lease = Lease(job)
+                self._leases.add(lease)
+                self._waiting.append(lease)
+            self._work.notify(len(jobs))
+
+    def next_waiting(self) -> Lease | None:
+        """The next claimed job for a free slot; None once stopping."""
+        taken = self.take(1)
+        return taken[0] if taken else None
+
+    def take(self, most: int, *, wait: bool = True) -> list[Lease] | None:
+        """Up to `most` claimed jobs for a slot to start now (waiting for one with
+        `wait`), checked first in one read to be still held (W9): a job cancelled, or
+        taken by another claim, while it waited here is let go, never started. None once
+        stopping. A check that fails (the database out of reach) puts them back and
+        tries again: the slot could not report anyway."""
+        pause = 0.05
+        while True:
+            with self._lock:
+                while wait and not self._waiting and not self.stopping.is_set():
+                    self._work.wait()
+                if self.stopping.is_set():
+                    return None
+                taken = [self._waiting.popleft() for _ in range(min(most, len(self._waiting)))]
+            if not taken:
+                return []
+            kept = self._still_held(taken)
+            if kept is None:
+                if not wait:
+                    return []
+                self.stopping.wait(pause)
+                pause = min(pause * 2, 1.0)
+                continue
+            now = time.monotonic()
+            for lease in kept:
+                lease.handed = now
+            if kept or not wait:
+                return kept
+
+    def _still_held(self, taken: list[Lease]) -> list[Lease] | None:
+        """The taken jobs still held; the others let go. None: not known (put back)."""
+        lost = [lease for lease in taken if lease.lost.is_set()]
+        live = [lease for lease in taken if not lease.lost.is_set()]
+        # A claim reads the fence too: a job claimed (or checked) within FRESH_SECONDS
+        # goes on without another read.
+        now = time.monotonic()
+        fresh = [lease for lease in live if lease.checked >= now - FRESH_SECONDS]
+        asked = [lease for lease in live if lease.checked < now - FRESH_SECONDS]
+        if self.checked and asked:
+            also = self._due(now - FRESH_SECONDS)
+            try:
+                answers = self._ask([lease.job for lease in asked + also])
+            except Exception as exc:
+                if not connection_lost(exc):  # an outage is the queue's to log, once
+                    log.warning("cannot check the jobs claimed ahead (%s); trying again", exc)
+                self._put_back(taken)
+                return None
+            kept: list[Lease] = []
+            for lease, held in zip(asked, answers[: len(asked)], strict=True):
+                (kept if held else lost).append(lease)
+            for lease, held in zip(also, answers[len(asked) :], strict=True):
+                if not held:
+                    lease.mark_lost()  # let go, unstarted, when a slot takes it
+            for lease in kept + also:
+                lease.checked = now  # read after `now`: as fresh as a claim then
+            asked = kept
+        for lease in lost:
+            log.info(
+                "%s was cancelled (or its lease ended) while claimed ahead: not started",
+                label(lease),
+            )
+            lease.mark_lost()
+            self.let_go(lease)
+        return fresh + asked
+
+    def _due(self, stale: float) -> list[Lease]:
+        """The jobs still waiting here whose last check is older than `stale`: read in
+        the same check as the ones a slot takes now."""
+        with self._lock:
+            return due_for_check(self._waiting, stale)
+
+    def _ask(self, jobs: list[Job]) -> list[bool]:
+        """Which of `jobs` are still held, as the claimer's thread reads it."""
+        asked = _Asked(jobs)
+        with self._lock:
+            if self._checks_closed:
+                raise RuntimeError("the claimer has stopped: no check can be made")
+            self._asked.append(asked)
+        self.wake.set()
+        asked.done.wait()
+        if asked.error is not None:
+            raise asked.error
+        return asked.answer
+
+    def answer_checks(self, held: Check) -> None:
+        """For the claimer: every check the slots wait for, in one read (`held`)."""
+        with self._lock:
+            asked, self._asked = self._asked, []
+        if not asked:
+            return
+        try:
+            answer = held([job for one in asked for job in one.jobs])
+        except Exception as exc:
+            for one in asked:
+                one.error = exc
+                one.done.set()
+            return
+        at = 0
+        for one in asked:
+            one.answer, at = answer[at : at + len(one.jobs)], at + len(one.jobs)
+            one.done.set()
+
+    def close_checks(self) -> None:
+        """The claimer stopped: a check asked from now on fails (the slot puts its
+        jobs back, and the worker releases them)."""
+        with self._lock:
+            self._checks_closed = True
+            asked, self._asked = self._asked, []
+        for one in asked:
+            one.error = RuntimeError("the claimer has stopped: no check can be made")
+            one.done.set()
+
+    def _put_back(self, leases: list[Lease]) -> None:
+        with self._lock:
+            if self.stopping.is_set():
+                self._late += leases
+                return
+            self._waiting.extendleft(reversed(leases))
+            self._work.notify(len(leases))
+
+    def left_over(self) -> list[Lease]:
+        """Jobs a slot took back from a failed check while stopping: the worker releases
+        them, as the ones it never handed out (W4)."""
+        with self._lock:
+            late, self._late = self._late, []
+        return late
+
+    def ran(self, seconds: float) -> None:
+        """A handler ran for `seconds` (a race between two slots loses one sample)."""
+        self.handler_seconds = running_mean(self.handler_seconds, seconds)
+
+    def more_waiting(self, most: int) -> list[Lease]:
+        """Up to `most` more claimed jobs, without waiting: a handler process takes its
+        next jobs ahead, so it never waits for its supervisor between two jobs."""
+        return self.take(most, wait=False) or []
+
+    def hand_back(self, leases: list[Lease]) -> bool:
+        """Jobs a slot took ahead and never started go back to the head of the line, for
+        another slot (their handler process is stuck behind a long handler). False once
+        stopping: the caller releases them then (W4)."""
+        with self._lock:
+            if self.stopping.is_set():
+                return False
+            for lease in leases:
+                lease.handed = 0.0
+            self._waiting.extendleft(reversed(leases))
+            self._work.notify(len(leases))
+        self.wake.set()
+        return True
+
+    def any_waiting(self) -> bool:
+        """Whether a claimed job waits for a slot to take it."""
+        with self._lock:
+            return bool(self._waiting)
+
+    def stop(self) -> list[Lease]:
+        """Stop handing out jobs; returns the ones claimed but not started."""
+        self.stopping.set()
+        self.wake.set()
+        with self._lock:
+            unstarted = list(self._waiting)
+            self._waiting.clear()
+            self._work.notify_all()
+        return unstarted
+
+    def acking(self) -> None:
+        """A held job's completion went to the ack window: its slot is free."""
+        with self._lock:
+            self._acking += 1
+        self.wake.set()
+
+    def let_go(self, lease: Lease, *, acked: bool = False) -> None:
+        """The job was reported (or left to its lease): room for another claim."""
+        with self._lock:
+            self._leases.remove(lease)
+            if acked:
+                self._acking -= 1
+        self.wake.set()
+
+    def starting(self, slots: int) -> None:
+        """`slots` more (or, negative, fewer) slots are starting a handler process: no job
+        is claimed for them meanwhile, so none waits under a lease for a start-up."""
+        with self._lock:
+            self._starting += slots
+        self.wake.set()
+
+    def room(self, active_limit: int, held_limit: int) -> int:
+        """How many more jobs to claim: until `active_limit` run or wait for a slot
+        (minus the slots still starting), and never more than `held_limit` held, ack
+        window included."""
+        with self._lock:
+            return room_for_claims(
+                active_limit,
+                held_limit,
+                held=len(self._leases),
+                acking=self._acking,
+                starting=self._starting,
+            )
+
+    def running_long(self, longer_than: float) -> int:
+        """How many handed-out jobs have run more than `longer_than` seconds and are not
+        being reported: slots that will not free up soon, for which nothing is claimed
+        ahead (W9)."""
+        since = time.monotonic() - longer_than
+        with self._lock:
+            return sum(
+                1 for lease in self._leases if 0.0 < lease.handed < since and not lease.reporting
+            )
+
+    def overdue(self, held_longer_than: float) -> list[Lease]:
+        """The claimed jobs not handed out that were claimed more than `held_longer_than`
+        seconds ago, taken out: for the worker to release to the other workers' free
+        slots (W9)."""
+        since = time.monotonic() - held_longer_than
+        with self._lock:
+            late = [lease for lease in self._waiting if lease.claimed < since]
+            for lease in late:
+                self._waiting.remove(lease)
+        return late
+
+    def running(self) -> list[Lease]:
+        """The handed-out jobs not yet being reported, not known lost: whose cancel a
+        handler must hear of (W9)."""
+        with self._lock:
+            return [
+                lease
+                for lease in self._leases
+                if lease.handed and not lease.reporting and not lease.lost.is_set()
+            ]
+
+    def busy(self) -> bool:
+        """Whether a job runs or waits for a slot (the ack window's do not count)."""
+        with self._lock:
+            return len(self._leases) > self._acking
+
+    def leases(self) -> list[Lease]:
+        with self._lock:
+            return list(self._leases)
+
+
+def due_for_check(waiting: Iterable[AnyLease], stale: float) -> list[AnyLease]:
+    """The leases in `waiting`, not yet lost, whose last check (or claim) is older than
+    `stale`: the ones a check made now reads too, so the next hand-overs find theirs
+    fresh (W9). Both workers' holdings use it."""
+    return [lease for lease in waiting if lease.checked < stale and not lease.lost.is_set()]
+
+
+def running_mean(mean: float | None, seconds: float) -> float:
+    """The handlers' mean run time with one more run, recent runs weighing most: what
+    every claimer's automatic prefetch follows."""
+    return seconds if mean is None else mean + (seconds - mean) / 16
+
+
+def room_for_claims(
+    active_limit: int, held_limit: int, *, held: int, acking: int, starting: int = 0
+) -> int:
+    """The ack window's sizing, for every worker: claim until `active_limit` jobs run or
+    wait for a slot (slots still starting count as busy), never past `held_limit` held
+    leases, the jobs whose completions wait in the ack window included."""
+    return min(active_limit - starting - (held - acking), held_limit - held)

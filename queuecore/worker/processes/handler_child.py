@@ -1,0 +1,291 @@
+"""The child side of handler processes (W7; the worker's side is
+`queuecore.worker.processes.handler_processes`).
+
+One fork server per worker (forked from `queuecore worker`'s process before it starts a
+thread or connects, else started as a fresh interpreter: `supervisor.prestart`) imports
+the registry and forks a handler process for each slot on the worker's request (and
+again after one died), so a worker with N slots starts at most two interpreters, not
+N + 1, and a crashed handler process is replaced in milliseconds. The fork server runs
+no thread and opens no database connection, so a fork inherits neither a held lock nor
+a connection in use (SQLite forbids carrying one across a fork). It sends the worker
+each child's socket and shared word, and reaps children.
+
+A handler process runs the jobs its worker sends, one at a time and in order, and sends
+back what each came to. Its main thread runs handlers; a reader thread takes the worker's
+messages, so the next jobs queue up here while one runs, a lost lease reaches
+`current_lease().lost` while the handler runs (W3), and the end of the worker (its
+socket closing, even by SIGKILL) ends this process at once. Before it starts a job, the
+main thread writes the job's number into a word of memory it shares with the worker
+(RUNNING): once this process died, that word alone says which job it took with it, and
+the jobs after it, which never started, are given back uncharged. SIGTERM and
+SIGINT are the worker's to handle (W4): a terminal's Ctrl-C reaches the whole process
+group, and the running handler must be let finish within the grace period.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import signal
+import socket
+import struct
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from multiprocessing.connection import Connection
+from multiprocessing.reduction import send_handle
+from typing import Any, TypeVar
+
+from queuecore.core.dsn import secrets_of
+from queuecore.executors.reconnect import CONNECT_BACK, CONNECT_LOST, report_later
+from queuecore.handling import Handler, Lease, Raised, Returned
+from queuecore.job import Job
+from queuecore.observe import tracing
+from queuecore.observe.worklog import configure_logging
+from queuecore.protocol import Effect, Queue
+from queuecore.worker.slots import run_in_this_process
+
+T = TypeVar("T")
+log = logging.getLogger("queuecore.worker")
+_supervisor: int | None = None
+
+
+def supervisor_pid() -> int | None:
+    """The worker process this handler process runs for; None outside a handler process.
+    For a handler that must act on its whole worker (e.g. freeze it in a test)."""
+    return _supervisor
+
+
+#: The shared word where a handler process writes the number of the job it starts, so
+#: its supervisor can tell, once it died, which of the jobs sent to it had started.
+RUNNING = struct.Struct("q")
+
+
+class Serving:
+    """A handler process: its reader thread takes the worker's messages (jobs, sent a few
+    ahead so that this process never waits for its supervisor between two of them; a
+    lost lease; a stop), its main thread runs the jobs one at a time, in order."""
+
+    def __init__(
+        self,
+        conn: Connection,
+        handlers: Mapping[str, Handler],
+        open_queue: Callable[[], Queue],
+        max_result_bytes: int,
+        running: mmap.mmap,
+    ) -> None:
+        self.conn = conn
+        self.handlers = handlers
+        self.max_result_bytes = max_result_bytes
+        self.open_queue = open_queue
+        self.queue: Queue | None = None
+        self.waiting_for_database = False
+        self.running = running
+        self._sending = threading.Lock()  # both threads send
+        self._ready = threading.Condition()
+        self._jobs: deque[tuple[int, Lease]] = deque()  # sent to this process, not started
+        self._leases: dict[int, Lease] = {}  # by number, until the job's outcome is sent
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        """A worker that went away (its end of the pipe closed) ends this process, as
+        `read` does: a reader thread that died of the broken pipe instead left the
+        process running, and the worker waiting for it at shutdown (seen in CI)."""
+        with self._sending:
+            try:
+                self.conn.send(message)
+            except OSError:  # BrokenPipeError, ConnectionResetError
+                tracing.flush()
+                os._exit(0)
+
+    def read(self) -> None:
+        """The worker's messages, until it goes away; then this process goes too."""
+        while True:
+            try:
+                message = self.conn.recv()
+            except (EOFError, OSError):
+                tracing.flush()
+                os._exit(0)
+            if message[0] == "jobs":
+                with self._ready:
+                    for number, job in message[1]:
+                        lease = self._leases[number] = Lease(job)
+                        self._jobs.append((number, lease))
+                    self._ready.notify()
+            elif message[0] == "lost":
+                held = self._leases.get(message[1])
+                if held is not None:
+                    held.lost.set()
+            else:  # ("stop",): the jobs not started go back at once (W4, or behind a long job)
+                with self._ready:
+                    unstarted = len(self._jobs)
+                    for number, _ in self._jobs:
+                        del self._leases[number]
+                    self._jobs.clear()
+                self.send(("unstarted", unstarted))
+
+    def serve(self) -> None:
+        while True:
+            with self._ready:
+                while not self._jobs:
+                    self._ready.wait()
+                number, lease = self._jobs.popleft()
+                # Taken and marked under one lock: a stop gives back only what is unmarked,
+                # and a death from here on is this job's.
+                RUNNING.pack_into(self.running, 0, number)
+            started = time.perf_counter()
+            outcome = run_in_this_process(self.handlers, lease, self.max_result_bytes)
+            if isinstance(outcome, Raised):
+                self.send_raised(outcome, started)
+            elif outcome.effect is None:  # the result (a JSON value) travels back
+                self.send(("returned", outcome.result, time.perf_counter() - started))
+            else:
+                self.complete(lease.job, outcome, started)
+            del self._leases[number]
+
+    def connect(self) -> Queue:
+        """This process's own connection, for the completions with effects: opened when
+        first needed, so a worker whose handlers return no effect holds none for its
+        handler processes; then retried until it can (an outage is never the job's
+        failure)."""
+        began = time.monotonic()
+        while self.queue is None:
+            try:
+                self.queue = self.open_queue()
+            except Exception as exc:
+                if not self.waiting_for_database:
+                    log.warning(CONNECT_LOST, exc)
+                    self.waiting_for_database = True
+                time.sleep(1.0)
+        if self.waiting_for_database:  # said as the queue says an outage ended
+            log.warning(CONNECT_BACK, time.monotonic() - began)
+        self.waiting_for_database = False
+        return self.queue
+
+    def complete(self, job: Job, outcome: Returned, started: float) -> None:
+        """Commit the effect with the completion here: a closure cannot be sent (R10)."""
+        self.send(("completing",))
+        effect: Effect = outcome.effect  # type: ignore[assignment]
+        try:
+            queue = self.connect()
+            done = until_reachable(
+                lambda: queue.complete(job, effect=effect, result=outcome.result)
+            )
+        except Exception as exc:  # the effect raised (rolled back), or the database did
+            self.send_raised(Raised.from_exception(exc), started)
+        else:
+            self.send(("completed", done, time.perf_counter() - started))
+
+    def send_raised(self, raised: Raised, started: float) -> None:
+        elapsed = time.perf_counter() - started
+        self.send(("raised", raised.error, raised.retry_in, raised.permanent, elapsed))
+
+
+def until_reachable(report: Callable[[], T]) -> T:
+    """As the worker's reporter: an outage, or a completion the server keeps rolling
+    back (`report_later`), is never the job's failure. The worker ends this process if
+    it gives up (a second stop signal)."""
+    pause = 0.05
+    while True:
+        try:
+            return report()
+        except Exception as exc:
+            if not report_later(exc):
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 1.0)
+
+
+def main(argv: list[str]) -> int:
+    """The fork server: set up once, then fork handler processes when asked."""
+    global _supervisor
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _supervisor = os.getppid()
+    conn = Connection(int(argv[1]))
+    try:
+        config: dict[str, Any] = conn.recv()
+        configure_logging(config["log_level"], secrets_of(config["dsn"]))
+        logging.getLogger("alembic").setLevel(logging.WARNING)
+
+        from queuecore.connect import connect
+        from queuecore.registry import load_registry
+        from queuecore.worker.async_handling import runs_on_event_loop
+        from queuecore.worker.processes.loop_child import fork_loop_process
+
+        handlers = load_registry(config["registry"])
+        options = config["connect_options"]
+        on_loop = runs_on_event_loop(handlers)
+        conn.send(("ready",))
+        while True:
+            request = conn.recv()
+            if request[0] == "fork" and on_loop:  # one process runs them all (ADR 0011)
+                fork_loop_process(conn, handlers, config)
+            elif request[0] == "fork":
+                fork_handler_process(
+                    conn,
+                    lambda ours, running: Serving(
+                        ours,
+                        handlers,
+                        lambda: connect(config["dsn"], **options),
+                        config["max_result_bytes"],
+                        running,
+                    ),
+                )
+            else:  # ("wait", pid): the worker saw its socket close
+                _, status = os.waitpid(request[1], 0)
+                conn.send(("exited", os.waitstatus_to_exitcode(status)))
+    except (EOFError, BrokenPipeError, ConnectionResetError):
+        pass  # the worker is gone (killed, say): its handler processes see it themselves
+    return 0
+
+
+def fork_handler_process(server: Connection, serving: Callable[..., Serving]) -> None:
+    child_end, worker_end = socket.socketpair()
+    running = shared_word()
+    pid = os.fork()
+    if pid == 0:  # the handler process: it never returns from here
+        server.close()
+        worker_end.close()
+        try:
+            shared = mmap.mmap(running, RUNNING.size)
+            os.close(running)
+            child = serving(Connection(child_end.detach()), shared)
+            child.send(("ready",))
+            threading.Thread(target=child.read, name="queuecore-from-worker", daemon=True).start()
+            child.serve()
+        finally:
+            tracing.flush()
+            os._exit(0)  # no finalizers: nothing inherited is closed or flushed twice
+    child_end.close()
+    server.send(("forked", pid))
+    to = _supervisor or os.getppid()
+    send_handle(server, worker_end.fileno(), to)
+    send_handle(server, running, to)
+    worker_end.close()
+    os.close(running)
+
+
+def shared_word() -> int:
+    """A file of RUNNING.size zero bytes, open, in memory where the system allows, for
+    a handler process and its worker to map."""
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create("queuecore-running")
+    else:
+        fd, path = tempfile.mkstemp(prefix="queuecore-running-")
+        os.unlink(path)
+    os.ftruncate(fd, RUNNING.size)
+    return fd
+
+
+#: What the fork server runs: `main` of this module, not this module as __main__, whose
+#: globals (`supervisor_pid`) would be another copy than the one the handlers import.
+COMMAND = [
+    sys.executable,
+    "-c",
+    "import sys; from queuecore.worker.processes.handler_child import main;"
+    " sys.exit(main(sys.argv))",
+]

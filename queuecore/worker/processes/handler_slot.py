@@ -1,0 +1,332 @@
+"""A worker's slot whose handlers run in a handler process of its own (W7; the messages
+are described in `queuecore.worker.processes.handler_processes`).
+
+The slot keeps its handler process a job or a few (`jobs_ahead`) ahead of the one it
+runs, so the child goes from one job to the next without waiting for its supervisor:
+the claim, the hand-over and the report of one job overlap the handler of the next,
+instead of a round trip through two processes and four threads between any two jobs
+(ADR 0008). The outcomes come back in order, each for the oldest job still out.
+
+What a crash costs stays what W7 promises: the child writes the number of each job into
+a word it shares with the worker before starting it, so once it died the slot knows the
+one job it took with it (failed at once, the exit named); the jobs sent after that one
+never started and are given back uncharged (R14), as on a stop (W4).
+
+The slot also stops a handler it no longer waits for (W8, W9; `queuecore.worker.time_limits`):
+at its time limit, or a cancel grace after its lease was lost, it kills the handler
+process, and the death is then that job's, with the reason as its error (a job the
+process had only just started when the kill landed is given back uncharged). A job that
+cannot be sent to the process at all (a payload too deep to pickle, W10) fails alone,
+naming the cause; the slot goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import mmap
+import os
+import signal
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from queuecore.handling import Completed, Crashed, Lease, Outcome, Raised, Returned
+from queuecore.observe.observer import WorkerObserver
+from queuecore.observe.worklog import describe
+from queuecore.worker.holdings import Holdings
+from queuecore.worker.processes.handler_child import RUNNING
+from queuecore.worker.processes.handler_processes import ForkServer, HandlerProcessError, exit_text
+from queuecore.worker.reporter import Reporter
+from queuecore.worker.time_limits import NO_LIMITS, StopClock, TimeLimits
+
+#: Jobs a handler process holds beyond the one it runs: one, so that it never waits
+#: between two jobs, and, while its handlers are short, up to AHEAD_MOST, about
+#: AHEAD_SECONDS of work, so that several jobs share a message. Never many: a job sent
+#: to a handler process is one that another free slot cannot take while a long
+#: handler runs (a crash gives it back uncharged, as any job not started).
+AHEAD_SECONDS = 0.01
+AHEAD_MOST = 8
+#: A handler running this long (or LONG_FACTOR times the mean, when that is longer)
+#: gives the jobs queued behind it back to the other slots, and its slot takes none
+#: ahead until it returns: a slow job never holds short ones while a slot is free.
+LONG_SECONDS = 0.25
+LONG_FACTOR = 20
+WATCH_SLICE = 0.1  # the longest wait for a message before leases and stop are looked at
+
+
+def undeliverable(exc: BaseException) -> str:
+    """The error of a job that cannot be handed to a handler process (W10)."""
+    return (
+        f"the job cannot be sent to its handler process ({describe(exc)}); its payload is the cause"
+    )
+
+
+def jobs_ahead(handler_seconds: float | None) -> int:
+    """How many jobs to keep a handler process ahead, for handlers that ran
+    `handler_seconds` on average (None: not timed yet)."""
+    if handler_seconds is None:
+        return 1
+    return max(1, min(AHEAD_MOST, int(AHEAD_SECONDS / max(handler_seconds, 1e-6))))
+
+
+def running_long(oldest: Sent, holdings: Holdings) -> bool:
+    """Whether the job a handler process runs has run long enough that the jobs behind
+    it should go to another slot."""
+    mean = holdings.handler_seconds or 0.0
+    return time.monotonic() - oldest.started > max(LONG_SECONDS, LONG_FACTOR * mean)
+
+
+@dataclass(slots=True)
+class Sent:
+    """A job sent to the handler process, by its number there."""
+
+    number: int
+    lease: Lease
+    started: float = 0.0  # time.monotonic() when it became the oldest job out
+    told_lost: bool = False
+    effect: bool = False  # the child said it is committing the job's effect
+    clock: StopClock | None = None  # its time limit and cancel grace, if any
+
+
+@dataclass(frozen=True, slots=True)
+class Killed:
+    """The slot killed its handler process to stop the job numbered `number`, `why`."""
+
+    number: int
+    why: str
+
+
+@dataclass(slots=True)
+class Child:
+    pid: int
+    conn: Connection
+    running: mmap.mmap  # RUNNING: the number of the job it started last
+    numbers: Iterator[int]
+
+
+class HandlerProcess:
+    """One slot's handler process, forked again after it died."""
+
+    slots = 1
+
+    def __init__(self, server: ForkServer, limits: TimeLimits = NO_LIMITS) -> None:
+        self.server = server
+        self.limits = limits
+        self._child: Child | None = None
+        self._killed: Killed | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._child is not None
+
+    def start(self) -> None:
+        """Fork a handler process and wait until it runs, so no claimed job waits for that."""
+        pid, conn, running = self.server.fork_running()
+        self._child = Child(pid, conn, running, itertools.count(1))
+
+    def serve(self, holdings: Holdings, reporter: Reporter, observer: WorkerObserver) -> None:
+        """The slot: jobs until stopping. A handler process that is not started (at first,
+        or after it died) is started before the slot takes its next job, and counts as
+        starting meanwhile, so that no job is claimed for it (the worker counted it
+        before the slot's first start)."""
+        pending = not self.started  # counted as starting by the worker, not yet started
+        try:
+            while True:
+                if not self.started:
+                    if not pending:
+                        holdings.starting(1)
+                        pending = True
+                    try:
+                        self.start()
+                    finally:
+                        holdings.starting(-1)
+                        pending = False
+                if not self._run_jobs(holdings, reporter, observer):
+                    return
+        finally:
+            if pending:
+                holdings.starting(-1)
+            self.close()
+
+    def close(self) -> None:
+        """Stop the handler process: it exits when its socket closes."""
+        child, self._child = self._child, None
+        if child is not None:
+            child.conn.close()
+            child.running.close()
+            with contextlib.suppress(HandlerProcessError):
+                self.server.wait(child.pid)
+
+    def _run_jobs(self, holdings: Holdings, reporter: Reporter, observer: WorkerObserver) -> bool:
+        """Until stopped (False) or the handler process died (True, every job it held
+        reported or given back)."""
+        assert self._child is not None, "start() first"
+        child = self._child
+        out: deque[Sent] = deque()  # sent, outcome not yet back: the oldest runs
+        stopped = False  # the child was told to give back its unstarted jobs, for good
+        asked_back = False  # ... or for now, a long handler running ahead of them
+        try:
+            while True:
+                if stopped:
+                    if not out:
+                        return False
+                elif holdings.stopping.is_set():
+                    if not out:
+                        return False
+                    child.conn.send(("stop",))
+                    stopped = True
+                elif asked_back or (out and running_long(out[0], holdings)):
+                    if len(out) > 1 and not asked_back:
+                        child.conn.send(("stop",))  # the child goes on; its queue comes back
+                        asked_back = True
+                else:
+                    more = self._more(holdings, len(out))
+                    if more is None:
+                        return False
+                    if more:
+                        sent = [self._sent(next(child.numbers), lease) for lease in more]
+                        idle = not out
+                        # Out before sent: if the child died meanwhile, the send fails
+                        # and these jobs are given back with the rest, not forgotten
+                        # under leases this worker would renew for ever.
+                        out.extend(sent)
+                        self._send_jobs(child, sent, out, reporter)
+                        if idle and out:
+                            self._begin(out[0], observer)
+                for s in out:
+                    if s.lease.lost.is_set() and not s.told_lost:
+                        child.conn.send(("lost", s.number))
+                        s.told_lost = True
+                if out and self._killed is None:
+                    self._stop_if_due(child, out[0])
+                if child.conn.poll(WATCH_SLICE):
+                    message = child.conn.recv()
+                    if message[0] == "unstarted":  # the last ones sent, dropped on ("stop",)
+                        given = [out.pop().lease for _ in range(message[1])][::-1]
+                        if stopped or not holdings.hand_back(given):
+                            for lease in given:
+                                reporter.release(lease)
+                        asked_back = False
+                    else:
+                        self._receive(message, out, holdings, reporter, observer)
+        except (EOFError, OSError):
+            pass
+        self._died(child, out, reporter, observer)
+        return True
+
+    def _sent(self, number: int, lease: Lease) -> Sent:
+        return Sent(number, lease, clock=self.limits.clock(lease.job.kind))
+
+    @staticmethod
+    def _send_jobs(child: Child, sent: list[Sent], out: deque[Sent], reporter: Reporter) -> None:
+        """Send the jobs in one message; when that cannot be pickled (W10: a payload nested
+        too deep, say), send them one by one, and fail each job that cannot go, alone,
+        naming why. A pickling error leaves nothing on the socket: it pickles first."""
+        try:
+            child.conn.send(("jobs", [(s.number, s.lease.job) for s in sent]))
+            return
+        except (EOFError, OSError):
+            raise  # the child died: the caller gives every job out back
+        except Exception:  # each job is tried alone below
+            pass
+        for s in sent:
+            try:
+                child.conn.send(("jobs", [(s.number, s.lease.job)]))
+            except (EOFError, OSError):
+                raise
+            except Exception as exc:
+                out.remove(s)
+                reporter.report(s.lease, Raised(undeliverable(exc)), time.monotonic())
+
+    def _stop_if_due(self, child: Child, running: Sent) -> None:
+        """Kill the handler process once the job it runs is past its time limit, or past
+        the cancel grace after its lease was lost (W8, W9); its death, seen next, is then
+        that job's, failed with `why`."""
+        clock = running.clock
+        if clock is None:
+            return
+        why = clock.why_stop(running.started, running.lease.lost.is_set(), time.monotonic())
+        if why is None:
+            return
+        self._killed = Killed(running.number, why)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.pid, signal.SIGKILL)
+
+    def _more(self, holdings: Holdings, out: int) -> list[Lease] | None:
+        """The jobs to send now: none needed, or the next ones claimed (waiting for one
+        when the child has none); None once stopping."""
+        ahead = jobs_ahead(holdings.handler_seconds)
+        if out:  # with enough at hand, wait until several can go in one message
+            return [] if 2 * out > ahead + 1 else holdings.more_waiting(ahead + 1 - out)
+        return holdings.take(ahead + 1)  # checked in one read (W9)
+
+    @staticmethod
+    def _begin(sent: Sent, observer: WorkerObserver) -> None:
+        sent.started = time.monotonic()
+        observer.handler_started(sent.lease.job)
+
+    def _receive(
+        self,
+        message: tuple[Any, ...],
+        out: deque[Sent],
+        holdings: Holdings,
+        reporter: Reporter,
+        observer: WorkerObserver,
+    ) -> None:
+        what = message[0]
+        if what == "completing":  # a heartbeat finding it done is no loss
+            out[0].lease.reporting = out[0].effect = True
+            return
+        sent = out.popleft()
+        seconds = message[-1]
+        observer.handler_ended(sent.lease.job, seconds)
+        holdings.ran(seconds)
+        if out:
+            self._begin(out[0], observer)
+        outcome: Outcome
+        if what == "returned":
+            outcome = Returned(result=message[1])
+        elif what == "raised":
+            outcome = Raised(*message[1:4])
+        else:
+            outcome = Completed(message[1])
+        reporter.report(sent.lease, outcome, time.monotonic() - seconds)
+
+    def _died(
+        self, child: Child, out: deque[Sent], reporter: Reporter, observer: WorkerObserver
+    ) -> None:
+        """Every message it sent was read: the oldest job out is the one it ran, if its
+        number is the last it wrote; any other never started."""
+        self._child = None
+        child.conn.close()
+        (running,) = RUNNING.unpack_from(child.running)
+        child.running.close()
+        code = self.server.wait(child.pid)
+        killed, self._killed = self._killed, None
+        if out:
+            first = out[0]
+            observer.handler_ended(first.lease.job, time.monotonic() - first.started)
+        for sent in out:
+            if sent.number != running:
+                reporter.release(sent.lease)
+                continue
+            if killed is not None:
+                if killed.number != running:  # it had just started when the kill landed
+                    reporter.release(sent.lease)
+                    continue
+                stopped = Raised(f"{killed.why} (its handler process, pid {child.pid}, was killed)")
+                reporter.report(sent.lease, stopped, sent.started)
+                continue
+            doing = (
+                "the handler's effect (the completion did not commit)"
+                if sent.effect
+                else "the handler"
+            )
+            crashed = Crashed(
+                f"its handler process (pid {child.pid}) {exit_text(code)} while running {doing}"
+            )
+            reporter.report(sent.lease, crashed, sent.started)

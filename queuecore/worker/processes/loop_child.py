@@ -1,0 +1,256 @@
+"""The child side of a handler process that runs an event loop (ADR 0011): for a registry
+that holds `async def` handlers, the worker's fork server forks one such process, and
+the worker sends it all its jobs; it runs up to `--concurrency` of them at once as tasks
+of its loop (sync handlers of the same registry on its thread pool), the others waiting
+here unbegun. `queuecore.worker.processes.loop_slot` is the worker's side.
+
+Messages are pickled over the socket pair, each naming its job by the ticket the worker
+gave it (the same job may be held twice, by an old lease and a new one). To this
+process: ("slots", n) once, ("jobs", [(ticket, Job), ...]), ("lost", ticket),
+("cancel", ticket) and ("stop",). From it, lists of: ("started", [ticket, ...]) before
+those handlers run, so a crash charges only the jobs that had begun (W7); then
+("returned", ticket, result, seconds) | ("raised", ticket, error, retry_in, permanent,
+seconds) | ("completing", ticket) then ("completed", ticket, done, seconds) or
+("raised", ...) | ("cancelled", ticket, seconds), once a task the worker asked to cancel
+(its time limit or cancel grace, W8, W9) ended; and, on a stop, ("unstarted", [ticket,
+...]). Only an `async def` handler's task is cancelled: a sync handler's thread cannot
+be, and the worker kills this process when the job has not ended shortly after.
+
+A job whose handler returns an effect is completed here, on this process's `AsyncQueue`,
+as in a sync handler process (an effect is a closure, and cannot be sent; R10).
+
+The loop reads the worker's messages itself (`add_reader`: no thread between), and the
+worker's socket closing (its end, even by SIGKILL) ends this process as soon as the loop
+looks, which is at once unless a handler blocks the loop. Only the loop's thread sends.
+SIGTERM and SIGINT are ignored, as by every handler process (W4).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from multiprocessing.connection import Connection
+from multiprocessing.reduction import send_handle
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from queuecore.executors.reconnect import CONNECT_BACK, CONNECT_LOST, report_later
+from queuecore.handling import Handler, Raised, Returned
+from queuecore.job import Job
+from queuecore.observe import tracing
+from queuecore.worker.async_handling import AsyncLease, async_outcome_of, is_async_handler
+from queuecore.worker.processes.handler_child import log, shared_word, supervisor_pid
+
+if TYPE_CHECKING:
+    from queuecore import AsyncQueue
+
+T = TypeVar("T")
+#: Threads for sync handlers: never more than the jobs the worker sends at once, which
+#: its slots (`--concurrency`) bound; this only caps a pool that grows on demand.
+SYNC_HANDLER_THREADS = 1024
+
+
+def fork_loop_process(server: Connection, handlers: Mapping[str, Handler], config: Any) -> None:
+    """Fork the loop process (on the fork server, which runs no thread), and send the
+    worker its socket; the fork server reaps it when asked."""
+    child_end, worker_end = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:  # the handler process: it never returns from here
+        server.close()
+        worker_end.close()
+        try:
+            LoopServing(Connection(child_end.detach()), handlers, config).run()
+        finally:
+            tracing.flush()
+            os._exit(0)  # no finalizers: nothing inherited is closed or flushed twice
+    child_end.close()
+    server.send(("forked", pid))
+    to = supervisor_pid() or os.getppid()
+    send_handle(server, worker_end.fileno(), to)
+    worker_end.close()
+    running = shared_word()  # the fork handshake's second handle, unused by a loop process
+    send_handle(server, running, to)
+    os.close(running)
+
+
+class LoopServing:
+    """The loop: up to `slots` handlers at once (the worker says how many), the jobs sent
+    beyond those waiting here, unbegun, in the order they came."""
+
+    def __init__(self, conn: Connection, handlers: Mapping[str, Handler], config: Any) -> None:
+        self.conn = conn
+        self.handlers = handlers
+        self.config = config
+        self.max_result_bytes: int = config["max_result_bytes"]
+        self.queue: AsyncQueue | None = None
+        self.loop = asyncio.new_event_loop()
+        self.pool = ThreadPoolExecutor(SYNC_HANDLER_THREADS, thread_name_prefix="queuecore-sync")
+        self.slots = 1
+        self.waiting: deque[tuple[int, AsyncLease]] = deque()
+        self.running: dict[int, AsyncLease] = {}
+        self.tasks: dict[int, asyncio.Task[None]] = {}  # by ticket, held until done
+        self.cancelled: set[int] = set()  # tickets the worker asked to cancel
+        self.outbox: list[tuple[Any, ...]] = []  # to the worker, several to a message
+
+    def run(self) -> None:
+        self.conn.send(("ready",))  # its queue is opened for the first effect, not before
+        self.loop.add_reader(self.conn.fileno(), self.read)
+        self.loop.run_forever()  # until the worker's socket closes: read() ends the process
+
+    def read(self) -> None:
+        """The worker's messages waiting on the socket, read by the loop itself (no
+        thread to hop through); its end ends this process."""
+        try:
+            while self.conn.poll():
+                self.take(self.conn.recv())
+        except (EOFError, OSError):
+            tracing.flush()
+            os._exit(0)
+
+    def take(self, message: tuple[Any, ...]) -> None:
+        what = message[0]
+        if what == "jobs":
+            self.waiting.extend((ticket, AsyncLease(job)) for ticket, job in message[1])
+            self.begin()
+        elif what == "lost":
+            lease = self.running.get(message[1])
+            for ticket, waiting in self.waiting:
+                if ticket == message[1]:
+                    lease = waiting
+            if lease is not None:
+                lease.mark_lost()
+        elif what == "cancel":
+            self.cancel(message[1])
+        elif what == "stop":  # give back what has not begun (W4)
+            self.outbox.append(("unstarted", [ticket for ticket, _ in self.waiting]))
+            self.waiting.clear()
+            self.flush()
+        else:  # ("slots", n), right after "ready"
+            self.slots = message[1]
+
+    def begin(self) -> None:
+        """Start waiting jobs while a slot is free. The worker hears that they began
+        before any of them runs: a handler that kills this process at once is then
+        charged with it, and a job not begun is not (W7)."""
+        begun: list[int] = []
+        while self.waiting and len(self.running) < self.slots:
+            ticket, lease = self.waiting.popleft()
+            self.running[ticket] = lease
+            begun.append(ticket)
+        if not begun:
+            return
+        self.outbox.append(("started", begun))
+        self.flush()
+        for ticket in begun:
+            # Held until done: the loop keeps only weak references to tasks.
+            self.tasks[ticket] = self.loop.create_task(self.serve(ticket, self.running[ticket]))
+
+    def cancel(self, ticket: int) -> None:
+        """Stop a running `async def` handler's task (W8, W9). A sync handler runs on a
+        thread nothing can stop: its task is left, and the worker kills this process."""
+        lease, task = self.running.get(ticket), self.tasks.get(ticket)
+        if lease is None or task is None:
+            return  # it ended meanwhile: its outcome is on its way
+        handler = self.handlers.get(lease.job.kind)
+        if handler is not None and is_async_handler(handler):
+            self.cancelled.add(ticket)
+            lease.mark_lost()
+            task.cancel()
+
+    def tell(self, message: tuple[Any, ...]) -> None:
+        """To the worker with the next flush: the outcomes of one pass of the loop share
+        a message."""
+        if not self.outbox:
+            self.loop.call_soon(self.flush)
+        self.outbox.append(message)
+
+    def flush(self) -> None:
+        if self.outbox:
+            messages, self.outbox = self.outbox, []
+            self.conn.send(messages)
+
+    async def serve(self, ticket: int, lease: AsyncLease) -> None:
+        started = time.monotonic()
+        try:
+            try:
+                outcome = await async_outcome_of(
+                    self.handlers, lease, self.pool, max_result_bytes=self.max_result_bytes
+                )
+            except asyncio.CancelledError:
+                if ticket not in self.cancelled:
+                    raise
+                outcome = None
+            if ticket in self.cancelled or outcome is None:  # even if it swallowed the cancel
+                self.tell(("cancelled", ticket, time.monotonic() - started))
+            elif isinstance(outcome, Raised):
+                self.tell(raised(ticket, outcome, started))
+            elif outcome.effect is None:  # the result (a JSON value) travels back
+                self.tell(("returned", ticket, outcome.result, time.monotonic() - started))
+            else:
+                await self.complete(ticket, lease.job, outcome, started)
+        finally:
+            del self.running[ticket]
+            self.tasks.pop(ticket, None)
+            self.cancelled.discard(ticket)
+            self.begin()
+
+    async def complete(self, ticket: int, job: Job, outcome: Returned, started: float) -> None:
+        """Commit the effect with the completion here: a closure cannot be sent (R10)."""
+        self.outbox.append(("completing", ticket))
+        self.flush()  # before the commit: a crash during it is the effect's, not the handler's
+        effect, result = outcome.effect, outcome.result
+        try:
+            queue = await self.connect()
+            done = await until_reachable(lambda: queue.complete(job, effect=effect, result=result))
+        except Exception as exc:  # the effect raised (rolled back), or the database did
+            self.tell(raised(ticket, Raised.from_exception(exc), started))
+        else:
+            self.tell(("completed", ticket, done, time.monotonic() - started))
+
+    async def open_queue(self) -> AsyncQueue:
+        from queuecore import connect_async
+
+        return await connect_async(self.config["dsn"], **self.config["connect_options"])
+
+    async def connect(self) -> AsyncQueue:
+        """This process's queue, for the completions with effects: opened for the first
+        one (a registry whose handlers return none never needs it, and a process that
+        starts quickly has its slots' jobs claimed sooner), and retried until the
+        database can be reached (an outage is never the job's failure)."""
+        said, began = False, time.monotonic()
+        while self.queue is None:
+            try:
+                self.queue = await self.open_queue()
+            except Exception as exc:
+                if not said:
+                    log.warning(CONNECT_LOST, exc)
+                    said = True
+                await asyncio.sleep(1.0)
+        if said:  # said as the queue says an outage ended
+            log.warning(CONNECT_BACK, time.monotonic() - began)
+        return self.queue
+
+
+def raised(ticket: int, outcome: Raised, started: float) -> tuple[Any, ...]:
+    seconds = time.monotonic() - started
+    return ("raised", ticket, outcome.error, outcome.retry_in, outcome.permanent, seconds)
+
+
+async def until_reachable(report: Callable[[], Awaitable[T]]) -> T:
+    """As every worker's reporter: an outage, or a completion the server keeps rolling
+    back (`report_later`), is never the job's failure. The worker ends this process if
+    it gives up (a second stop signal)."""
+    pause = 0.05
+    while True:
+        try:
+            return await report()
+        except Exception as exc:
+            if not report_later(exc):
+                raise
+            log.debug("completing waits for the database (%s)", exc)
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, 1.0)
