@@ -1,7 +1,7 @@
 """MariaDB (10.5 and newer): many hosts, through mysqlclient by default (ADR 0012).
 
 What differs from the shared statements, each said once by a `Backend` flag: a locking
-scan locks every row it walks past, so the claim goes in steps (`queuecore.sql.claim_steps`);
+scan locks every row it walks past, so the claim goes in steps (`queuecore.core.claim_steps`);
 there is no UPDATE … RETURNING, no ON CONFLICT DO NOTHING (a dedupe key is taken in a
 savepoint), no partial index (the claim walks the generated column `live_priority`,
 migrations/mariadb), and no write may read its own table in a subquery. There is no

@@ -9,7 +9,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine
 
-from queuecore.connect import backend_for
+from queuecore.contract import backend_for
 from queuecore.migrate import VERSION_TABLE, include_object
 from queuecore.sql.schema import metadata
 

@@ -1,64 +1,24 @@
-"""Pick the backend from the DSN's dialect. Backends are found through entry points
-(group `queuecore.backends`), so a third-party one plugs in the same way ours do."""
+"""`connect()` and `connect_async()`: the backend the DSN's dialect names
+(`queuecore.contract.backend_for`), opened with the one option set (ADR 0009)."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Coroutine, Generator
-from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 from sqlalchemy import URL, Engine
 
+from queuecore.contract import backend_for, installed_backends
 from queuecore.core import options as option_set
 from queuecore.core.dsn import to_url
-from queuecore.errors import UnknownBackendError
-from queuecore.protocol import AsyncQueue, BackendClass, Queue
-
-ENTRY_POINT_GROUP = "queuecore.backends"
+from queuecore.protocol import AsyncQueue, Queue
 
 __all__ = [
-    "ENTRY_POINT_GROUP",
-    "backend_for",
     "connect",
     "connect_async",
     "sqlite_engine",
     "to_url",
 ]
-
-
-@functools.cache
-def _registered() -> tuple[EntryPoint, ...]:
-    """The group's entry points, read once per process: reading them opens every
-    installed distribution's metadata, which cost more than half of a `connect()`
-    (about 14 ms a read, several reads a connect, on a venv of 100 packages)."""
-    return tuple(entry_points(group=ENTRY_POINT_GROUP))
-
-
-def backend_for(url: URL) -> BackendClass:
-    """The backend class registered for the URL's dialect."""
-    name = url.get_backend_name()
-    found = [ep for ep in _registered() if ep.name == name]
-    if not found:
-        known = sorted(ep.name for ep in _registered())
-        raise UnknownBackendError(
-            f"no queuecore backend for the dialect {name!r}; installed backends: {known}"
-        )
-    backend: BackendClass = found[0].load()
-    return backend
-
-
-@functools.cache
-def installed_backends() -> tuple[BackendClass, ...]:
-    """Every backend that loads, so one's own options are known (and ignored) by the
-    others; found once per process."""
-    loaded: list[BackendClass] = []
-    for ep in _registered():
-        try:
-            loaded.append(ep.load())
-        except ImportError:  # a broken third-party backend must not break the others
-            continue
-    return tuple(loaded)
 
 
 def connect(bind: str | URL | Engine, **options: Any) -> Queue:

@@ -21,7 +21,8 @@ from typing import Any, Literal
 
 from sqlalchemy import URL, Connection, Engine, exc, func, insert, select
 
-from queuecore.connect import backend_for, connect
+from queuecore.connect import connect
+from queuecore.contract import backend_for
 from queuecore.core import validate
 from queuecore.errors import CopyConflictError, CopyLimitsError, LiveLeasesError
 from queuecore.executors.reconnect import give_up

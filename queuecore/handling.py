@@ -26,9 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from queuecore.core import validate
-from queuecore.executors.sqlqueue import ERROR_TEXT_LIMIT
+from queuecore.core.tracing import handler_span
 from queuecore.job import Job
-from queuecore.observe.tracing import handler_span
 from queuecore.protocol import Effect
 
 Handler = Callable[[Job], object]
@@ -215,5 +214,5 @@ def error_text(exc: BaseException) -> str:
     traceback's end (where it was raised) as the stored error has room for."""
     head = f"{type(exc).__name__}: {exc}"
     trace = "".join(traceback.format_tb(exc.__traceback__))
-    room = ERROR_TEXT_LIMIT - len(head) - 1
+    room = validate.ERROR_TEXT_LIMIT - len(head) - 1
     return head if room <= 0 else f"{head}\n{trace[-room:]}"

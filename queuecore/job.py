@@ -41,7 +41,7 @@ class Job:
     max_attempts: int
     lease_token: str
     lease_expires_at: datetime
-    #: The enqueuing caller's trace context (`queuecore.observe.tracing`), None when untraced.
+    #: The enqueuing caller's trace context (`queuecore.core.tracing`), None when untraced.
     trace_context: str | None = None
     #: When this attempt became ready to run (enqueued, its delay or backoff over, or a
     #: lost lease's end), on the queue's clock: the start of its time in queue. None for

@@ -19,7 +19,9 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import URL, Engine, MetaData
 from sqlalchemy.exc import OperationalError
 
-from queuecore.core.dsn import scrubbed, secrets_of, shown
+from queuecore.contract import backend_for, installed_backends
+from queuecore.core.dsn import scrubbed, secrets_of, shown, to_url
+from queuecore.core.options import for_engine
 from queuecore.errors import DatabaseUnreachableError, NotMigratedError, SchemaTooNewError
 from queuecore.sql.schema import metadata
 
@@ -64,8 +66,6 @@ def migration_chain(engine: Engine | None) -> str:
     """The folder of the revisions for `engine`'s backend (the shared chain without one)."""
     if engine is None:
         return DEFAULT_CHAIN
-    from queuecore.connect import backend_for
-
     chain: str = getattr(backend_for(engine.url), "migration_chain", DEFAULT_CHAIN)
     return chain
 
@@ -73,8 +73,6 @@ def migration_chain(engine: Engine | None) -> str:
 def models(engine: Engine) -> MetaData:
     """The models the migrations of `engine`'s backend build (what a drift check compares
     the database with): `queuecore.sql.schema`'s, or the backend's own `metadata`."""
-    from queuecore.connect import backend_for
-
     own: MetaData = getattr(backend_for(engine.url), "metadata", metadata)
     return own
 
@@ -143,9 +141,6 @@ def _engine(bind: str | URL | Engine, options: dict[str, Any]) -> Iterator[Engin
     if isinstance(bind, Engine):
         yield bind
         return
-    from queuecore.connect import backend_for, installed_backends, to_url
-    from queuecore.core.options import for_engine
-
     url = to_url(bind)
     backend = backend_for(url)
     engine = backend.create_engine(url, **for_engine(backend, installed_backends(), options))

@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from queuecore.core import validate
+from queuecore.core.schedules import Missed, Schedule
 from queuecore.handling import Handler
-from queuecore.worker.schedules import Missed, Schedule
 
 
 class Registry(Mapping[str, Handler]):
@@ -79,7 +79,7 @@ class Registry(Mapping[str, Handler]):
     ) -> Callable[[Handler], Handler]:
         """Enqueue a job of `kind` at every tick of `cron` (five fields, or six with
         seconds first) in `timezone`, from every worker that runs this registry, once per
-        tick (`queuecore.worker.schedules` says how, and what `missed` does after downtime).
+        tick (`queuecore.core.schedules` says how, and what `missed` does after downtime).
 
         Returns a decorator that registers the handler of `kind`, for the common case:
 

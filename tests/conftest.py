@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from queuecore.conformance.plugin import Harnesses
 from queuecore.conformance.postgresql_server import find_server_binaries
+from queuecore.conformance.session import Harnesses
 
 # The stdlib's SQLite library, as the sqlite harness sets it (backends/sqlite_harness.py
 # says why), for the tests that open queues before any harness started.

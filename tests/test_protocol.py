@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from queuecore.connect import ENTRY_POINT_GROUP
+from queuecore.contract import ENTRY_POINT_GROUP
 from queuecore.executors.sqlqueue import SQLQueue
 from queuecore.protocol import Queue
 

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
+from queuecore.cli.common import UsageError, names, open_queue
 from queuecore.errors import DedupeConflict
 
 Command = Callable[..., Any]
@@ -59,9 +60,9 @@ def add_commands(command: Command, dsn: Callable[[argparse.ArgumentParser], None
     dsn(cancel)
 
     jobs = command("jobs", _jobs, help="list jobs by state, kind and queue, in id order")
-    jobs.add_argument("--state", type=_names, help="comma-separated states (default: all)")
-    jobs.add_argument("--kind", type=_names, help="comma-separated kinds (default: all)")
-    jobs.add_argument("--queue", type=_names, help="comma-separated queues (default: all)")
+    jobs.add_argument("--state", type=names, help="comma-separated states (default: all)")
+    jobs.add_argument("--kind", type=names, help="comma-separated kinds (default: all)")
+    jobs.add_argument("--queue", type=names, help="comma-separated queues (default: all)")
     jobs.add_argument(
         "--after",
         type=int,
@@ -83,8 +84,6 @@ FILE_BATCH = 500
 
 
 def _payload(text: str, where: str = "--payload") -> Any:
-    from queuecore.cli.main import UsageError
-
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -94,8 +93,6 @@ def _payload(text: str, where: str = "--payload") -> Any:
 def _payload_lines(stream: TextIO, name: str) -> list[Any]:
     """Every payload of a `--file`, read before anything is written, so a bad line 1,500
     leaves the queue as it was rather than half enqueued. Blank lines are skipped."""
-    from queuecore.cli.main import UsageError
-
     payloads = []
     for number, line in enumerate(stream, 1):
         if not line.strip():
@@ -118,8 +115,6 @@ def _placed(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _enqueue_file(args: argparse.Namespace) -> int:
-    from queuecore.cli.main import UsageError, _open
-
     if args.dedupe_key is not None or args.delay:
         raise UsageError("--dedupe-key and --delay are for one job: not with --file")
     if args.file == "-":
@@ -127,7 +122,7 @@ def _enqueue_file(args: argparse.Namespace) -> int:
     else:
         with open(args.file, encoding="utf-8") as stream:
             payloads = _payload_lines(stream, args.file)
-    with _open(args) as queue:
+    with open_queue(args) as queue:
         for batch in _batches(payloads, FILE_BATCH):
             ids = queue.enqueue_many(args.kind, batch, **_placed(args))
             print("\n".join(map(str, ids)), flush=True)
@@ -136,12 +131,10 @@ def _enqueue_file(args: argparse.Namespace) -> int:
 
 
 def _enqueue(args: argparse.Namespace) -> int:
-    from queuecore.cli.main import _open
-
     if args.file is not None:
         return _enqueue_file(args)
     payload = _payload(args.payload or "{}")
-    with _open(args) as queue:
+    with open_queue(args) as queue:
         try:
             res = queue.enqueue(
                 args.kind, payload, delay=args.delay, dedupe_key=args.dedupe_key, **_placed(args)
@@ -159,10 +152,8 @@ def _enqueue(args: argparse.Namespace) -> int:
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    from queuecore.cli.main import _open
-
     refused = 0
-    with _open(args) as queue:
+    with open_queue(args) as queue:
         for job_id in args.ids:
             if queue.cancel(job_id):
                 print(f"cancelled job {job_id}")
@@ -175,9 +166,7 @@ def _cancel(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from queuecore.cli.main import _open
-
-    with _open(args) as queue:
+    with open_queue(args) as queue:
         snap = queue.get(args.id)
     if snap is None:
         print(f"queuecore show: no job {args.id}", file=sys.stderr)
@@ -229,22 +218,15 @@ def snapshot_fields(snap: Any) -> dict[str, Any]:
     return fields
 
 
-def _names(text: str) -> list[str]:
-    from queuecore.cli.main import _names as names
-
-    return names(text)
-
-
 #: What `queuecore jobs --json` prints of each job. Payloads are left out on purpose, as
 #: in `dead list`: they may hold secrets.
 LISTED = ("id", "kind", "queue", "state", "attempts", "max_attempts", "last_error")
 
 
 def _jobs(args: argparse.Namespace) -> int:
-    from queuecore.cli.main import UsageError, _open
     from queuecore.observe.tables import render
 
-    with _open(args) as queue:
+    with open_queue(args) as queue:
         try:
             listed = queue.list_jobs(
                 state=args.state,
@@ -278,10 +260,9 @@ def _line(error: str | None) -> str:
 
 
 def _workers(args: argparse.Namespace) -> int:
-    from queuecore.cli.main import _open
     from queuecore.observe.tables import render
 
-    with _open(args) as queue:
+    with open_queue(args) as queue:
         seen = queue.workers()
     if args.json:
         listed = [

@@ -21,6 +21,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 import queuecore
 from queuecore.cli import dsn_option
+from queuecore.cli.common import UsageError, driver, names, need_dsn, open_queue
 from queuecore.connect import connect
 from queuecore.core import validate
 from queuecore.core.dsn import scrubbed, secrets_of
@@ -47,10 +48,6 @@ STATS_COLUMNS = (
     "cancelled",
 )
 KIND_STATS_COLUMNS = ("queued", "running", "ready_now", "oldest_ready_age_s")
-
-
-class UsageError(Exception):
-    """The command line is wrong; exit 2."""
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -193,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker = command("worker", _worker, help="run handlers for jobs until SIGTERM/SIGINT")
     worker.add_argument("registry", metavar="MODULE:REGISTRY", help="a mapping kind -> handler")
     _dsn(worker)
-    worker.add_argument("--queues", type=_names, help="comma-separated queues (default: all)")
+    worker.add_argument("--queues", type=names, help="comma-separated queues (default: all)")
     worker.add_argument(
         "--concurrency",
         type=int,
@@ -311,7 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="delete jobs finished more than S seconds ago (required: no default)",
     )
     purge.add_argument(
-        "--states", type=_names, default=["done"], help="which of done,dead,cancelled"
+        "--states", type=names, default=["done"], help="which of done,dead,cancelled"
     )
 
     from queuecore import demo  # their options live with them
@@ -339,29 +336,6 @@ def _dsn(parser: argparse.ArgumentParser) -> None:
     dsn_option.add_common(parser)
 
 
-def _names(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    if not names:
-        raise argparse.ArgumentTypeError("name at least one")
-    return names
-
-
-def _need_dsn(args: argparse.Namespace) -> str:
-    if not args.dsn:
-        raise UsageError("no database: pass --dsn-file PATH or --dsn DSN, or set QUEUECORE_DSN")
-    return str(args.dsn)
-
-
-def _open(args: argparse.Namespace, **options: Any) -> Any:
-    dsn = _need_dsn(args)
-    return connect(dsn, **_driver(args), **options)
-
-
-def _driver(args: argparse.Namespace) -> dict[str, str]:
-    """--sqlite-driver, for every command whatever the DSN: other backends ignore it."""
-    return dsn_option.driver(args)
-
-
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip()
     if isinstance(exc, SQLAlchemyError):  # its text carries the SQL and a link; the cause is enough
@@ -374,16 +348,16 @@ def _one_line(exc: BaseException) -> str:
 
 def _migrate(args: argparse.Namespace) -> int:
     if args.check:  # a pending upgrade raises NotMigratedError: one line, exit 1
-        revision = check_schema(_need_dsn(args), **_driver(args))
+        revision = check_schema(need_dsn(args), **driver(args))
         print(f"queuecore schema is at revision {revision}, the newest this queuecore knows")
         return 0
-    revision = migrate(_need_dsn(args), **_driver(args))
+    revision = migrate(need_dsn(args), **driver(args))
     print(f"queuecore schema is at revision {revision}")
     return 0
 
 
 def _worker(args: argparse.Namespace) -> int:
-    _need_dsn(args)  # the first thing to say when it is missing
+    need_dsn(args)  # the first thing to say when it is missing
     # Its imports overlap loading the registry and connecting. A fork would repeat a
     # password given on this command line in its own, and in each handler process's.
     handler_processes.prestart(fork=not dsn_option.secret_in_argv(args))
@@ -394,7 +368,7 @@ def _worker(args: argparse.Namespace) -> int:
     validate.at_least("--concurrency", args.concurrency, 1)  # before it sizes the pool
     configure_logging(args.log_level, secrets_of(args.dsn))
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    queue = _open(
+    queue = open_queue(
         args,
         lease_seconds=args.lease_seconds,
         backoff_base=args.backoff_base,
@@ -452,7 +426,7 @@ def _schedules(args: argparse.Namespace) -> int:
         print(f"{args.registry} has no periodic jobs")
         return 0
     if args.dsn:
-        with connect(args.dsn, **_driver(args)) as queue:
+        with connect(args.dsn, **driver(args)) as queue:
             now = queue.now()
     else:
         now = time.time()
@@ -477,7 +451,7 @@ def _schedules(args: argparse.Namespace) -> int:
 
 
 def _stats(args: argparse.Namespace) -> int:
-    with _open(args) as queue:
+    with open_queue(args) as queue:
         stats = queue.stats()
         _add_last_hour(queue, stats)
     if args.json:
@@ -507,9 +481,9 @@ LAST_HOUR = ("done_last_hour", "dead_last_hour")
 
 def _add_last_hour(queue: Any, stats: dict[str, Any]) -> None:
     """Done and dead over the last hour, read through the finished rows' indexes for that
-    hour only (`queuecore.sql.queries`): a queue whose jobs all finished within the
+    hour only (`queuecore.observe.queries`): a queue whose jobs all finished within the
     hour is still listed."""
-    from queuecore.sql.queries import read_overview
+    from queuecore.observe.queries import read_overview
 
     with queue.engine.connect() as conn:
         overview = read_overview(conn, queue.now())
@@ -536,7 +510,7 @@ def _kinds_table(kinds: dict[str, dict[str, Any]]) -> str:
 
 
 def _dead_list(args: argparse.Namespace) -> int:
-    with _open(args) as queue:
+    with open_queue(args) as queue:
         dead = queue.dead_jobs(args.queue, limit=args.limit)
     # Payloads are left out on purpose: they may hold secrets; `get` shows one on demand.
     if args.json:
@@ -569,7 +543,7 @@ def _dead_list(args: argparse.Namespace) -> int:
 def _dead_requeue(args: argparse.Namespace) -> int:
     if bool(args.ids) == args.all:
         raise UsageError("name the dead jobs to requeue (ID ...), or pass --all")
-    with _open(args) as queue:
+    with open_queue(args) as queue:
         requeued = queue.requeue_dead(None if args.all else args.ids)
     missing = sorted(set(args.ids) - set(requeued))
     print(f"requeued {len(requeued)} job(s)" + (f": {requeued}" if requeued else ""))
@@ -580,7 +554,7 @@ def _dead_requeue(args: argparse.Namespace) -> int:
 
 
 def _purge(args: argparse.Namespace) -> int:
-    with _open(args) as queue:
+    with open_queue(args) as queue:
         purged = queue.purge(older_than=args.older_than, states=args.states)
     print(f"purged {purged} finished job(s) older than {args.older_than:g}s")
     return 0

@@ -19,8 +19,8 @@ import sqlalchemy as sa
 
 import queuecore
 from queuecore.conformance.harness import Harness
-from queuecore.conformance.plugin import HARNESSES, Harnesses
 from queuecore.conformance.portal import BlockingQueue, Portal
+from queuecore.conformance.session import HARNESSES, Harnesses
 
 APIS = ("sync", "async")
 START = 1_700_000_000.0

@@ -20,13 +20,13 @@ not end waiting for one long test that started last.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import pytest
 
-from queuecore.conformance.harness import Harness, Unavailable, harness_classes
+from queuecore.conformance.harness import harness_classes
+from queuecore.conformance.session import HARNESSES, Harnesses
 
 ENV_REQUIRE = "QUEUECORE_REQUIRE_BACKENDS"
 #: The one each CI has always set, kept: it requires the postgresql harness.
@@ -125,53 +125,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("backend", names)
 
 
-class Harnesses:
-    """The run's harnesses: started on first use, stopped at the end of the session."""
-
-    def __init__(self, classes: dict[str, type[Harness]], required: set[str]) -> None:
-        self.classes = classes
-        self.required = required
-        self.running: dict[str, Harness] = {}
-        self.unavailable: dict[str, str] = {}
-        self.described: list[str] = []  # what the started ones said of themselves
-        self._scratch: Callable[[str], Path] | None = None
-
-    def open(self, scratch: Callable[[str], Path]) -> None:
-        self._scratch = scratch
-
-    def started(self, name: str) -> Harness:
-        """The harness `name`, started; skips (or fails) the test when it cannot run."""
-        if name not in self.classes:
-            pytest.skip(f"backend {name} is not among this run's (--queuecore-backends)")
-        if name in self.unavailable:
-            self._cannot_run(name, self.unavailable[name])
-        if name not in self.running:
-            assert self._scratch is not None, "the harnesses fixture opens them"
-            harness = self.classes[name]()
-            try:
-                harness.start(self._scratch(f"harness-{name}"))
-            except Unavailable as exc:
-                self.unavailable[name] = str(exc)
-                self._cannot_run(name, str(exc))
-            self.running[name] = harness
-            said = harness.describe()
-            if said:
-                self.described.append(said)
-        return self.running[name]
-
-    def stop(self) -> None:
-        for harness in self.running.values():
-            harness.stop()
-        self.running.clear()
-
-    def _cannot_run(self, name: str, why: str) -> NoReturn:
-        message = f"NO {name.upper()}: the {name} half of the suite cannot run: {why}"
-        if name in self.required:
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
-
-
-HARNESSES = pytest.StashKey[Harnesses]()
 #: The key of what an xdist worker's harnesses said, in the output it hands its controller.
 WORKER_OUTPUT = "queuecore_harnesses"
 

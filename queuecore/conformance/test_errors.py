@@ -3,7 +3,7 @@ attempt, when it failed and the error cut as R11 cuts it; R08's lost lease is on
 
 from __future__ import annotations
 
-from queuecore.core.operations import ERROR_TEXT_LIMIT
+from queuecore.core.validate import ERROR_TEXT_LIMIT
 from queuecore.job import to_datetime
 from queuecore.sql.statements import LEASE_EXPIRED_ON_LAST_ATTEMPT
 

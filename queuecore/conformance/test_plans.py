@@ -86,7 +86,7 @@ def claim_statements(
     queue: SQLQueue, one: bool, queue_count: int | None, kind_count: int | None
 ) -> list[tuple[Any, dict[str, Any]]]:
     """What a claim of this shape sends, and the parameters to explain each with: the hot
-    path's compiled steps, or the claim in steps (`queuecore.sql.claim_steps`) with ids."""
+    path's compiled steps, or the claim in steps (`queuecore.core.claim_steps`) with ids."""
     if not queue.backend.locks_rows_it_walks_past:
         return [(step, {}) for step in queue.ops.claim_plan(one, queue_count, kind_count).steps]
     by_ids = {"ids": [1, 2], "passed": [3], "wanted": 18, "lease_end": 0.0}

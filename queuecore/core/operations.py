@@ -13,22 +13,21 @@ import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy import Double, bindparam
 
-from queuecore.contract import Backend
-from queuecore.core import programs, shaping, validate, worker_records
+from queuecore.core import claim_steps, programs, shaping, tracing, validate, worker_records
 from queuecore.core.backoff import Backoff
 from queuecore.core.plans import Hot, Outcome, Plan, Plans, Ready, Run, Tx
 from queuecore.core.shaping import ID, PRIORITY, READY_AT, STATE
+from queuecore.core.statement_set import PURGEABLE, StatementSet
 from queuecore.job import Completions, EnqueueResult, Job, JobSnapshot, WorkerInfo, to_datetime
-from queuecore.observe import tracing
-from queuecore.sql import claim_steps
 from queuecore.sql.schema import STATES
-from queuecore.sql.statement_set import PURGEABLE, StatementSet
 
-ERROR_TEXT_LIMIT = 2000
+if TYPE_CHECKING:
+    from queuecore.contract import Backend
+
 #: The most jobs one read of `held` asks about (a statement of this many parameters).
 HELD_BATCH = 256
 
@@ -263,7 +262,7 @@ class Operations(StatementSet):
     def fail(
         self, job: Job, error: str, *, retry_in: float | None = None, permanent: bool = False
     ) -> Hot[Literal["queued", "dead"] | None]:
-        text = validate.error_text(error, ERROR_TEXT_LIMIT)
+        text = validate.error_text(error, validate.ERROR_TEXT_LIMIT)
         if permanent or job.attempts >= job.max_attempts:
             return Hot([(self.hot_fail_dead, self.fence(job, error=text))], _dead_or_none)
         delay = (

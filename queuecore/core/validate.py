@@ -72,6 +72,10 @@ def job_id(value: object) -> int:
     return at_least("a job id", value, *INT64)
 
 
+#: The longest error text kept per attempt: a traceback is cut to its last lines to fit.
+ERROR_TEXT_LIMIT = 2000
+
+
 def error_text(value: object, limit: int) -> str:
     """A failure report is never refused (that would leave its job running until the
     lease ends, its error lost): what no text column can hold is escaped instead."""

@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import Update, bindparam, update
 
 from queuecore.core import validate
-from queuecore.sql.queries import NOW
+from queuecore.observe.queries import NOW
 from queuecore.sql.schema import QUEUED, jobs
 
 PURGEABLE = ("done", "dead", "cancelled")

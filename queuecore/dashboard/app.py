@@ -41,7 +41,7 @@ from queuecore.dashboard.security import (
     csrf_passes,
     csrf_token,
 )
-from queuecore.sql import queries
+from queuecore.observe import queries
 
 HERE = Path(__file__).parent
 PAGE_SIZE = 50

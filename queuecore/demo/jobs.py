@@ -27,7 +27,7 @@ from queuecore.handling import Retry, current_lease
 from queuecore.job import Job
 from queuecore.protocol import Effect
 from queuecore.registry import Registry
-from queuecore.worker.processes.handler_child import supervisor_pid
+from queuecore.worker.processes.shared import supervisor_pid
 
 REGISTRY = Registry()
 

@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Literal
 from sqlalchemy import URL, Connection, Engine
 
 from queuecore.contract import Backend
-from queuecore.core.operations import ERROR_TEXT_LIMIT, Clock, Operations, OptionsView
+from queuecore.core.operations import Clock, Operations, OptionsView
 from queuecore.core.plans import (
     INVALIDATED,
     A,
@@ -37,7 +37,7 @@ from queuecore.job import Completions, EnqueueResult, Job, JobSnapshot, WorkerIn
 from queuecore.migrate import ensure_schema
 from queuecore.protocol import Effect, Listener
 
-__all__ = ["ERROR_TEXT_LIMIT", "SQLQueue"]
+__all__ = ["SQLQueue"]
 
 
 class SQLQueue(OptionsView):

@@ -145,7 +145,7 @@ class QueueCollector(Collector):
         self.queue = queue
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        from queuecore.sql.queries import read_overview  # no web dependency in it
+        from queuecore.observe.queries import read_overview  # no web dependency in it
 
         with self.queue.engine.connect() as conn:
             overview = read_overview(conn, self.queue.now())

@@ -15,7 +15,7 @@ from queuecore.observe.worklog import describe, log
 from queuecore.protocol import Queue
 
 if TYPE_CHECKING:
-    from queuecore import AsyncQueue
+    from queuecore.protocol import AsyncQueue
 
 #: Why the fence refused a report or a heartbeat: the job was `cancelled` (R25), or the
 #: lease was lost otherwise (it ran out and another claim took the job over, or the job

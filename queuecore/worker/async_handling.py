@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Executor
 from typing import Any, TypeGuard
 
+from queuecore.core.tracing import handler_span
 from queuecore.handling import (
     DEFAULT_MAX_RESULT_BYTES,
     Handler,
@@ -26,7 +27,6 @@ from queuecore.handling import (
     set_current_lease,
 )
 from queuecore.job import Job
-from queuecore.observe.tracing import handler_span
 
 
 class AsyncLease(Lease):

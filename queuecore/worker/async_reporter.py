@@ -34,7 +34,7 @@ from queuecore.worker.reporter import (
 )
 
 if TYPE_CHECKING:
-    from queuecore import AsyncQueue
+    from queuecore.protocol import AsyncQueue
 
 T = TypeVar("T")
 

@@ -27,7 +27,7 @@ from queuecore.worker.leases import CANCEL_POLL, heard, refusal
 from queuecore.worker.unserved import UnservedNotice
 
 if TYPE_CHECKING:
-    from queuecore import AsyncQueue
+    from queuecore.protocol import AsyncQueue
 
 
 async def wait_for(event: asyncio.Event, timeout: float) -> bool:

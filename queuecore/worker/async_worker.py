@@ -5,7 +5,7 @@ Its roles are tasks of the loop it runs on: the claimer and the lease keeper
 (`queuecore.worker.async_roles`), on PostgreSQL the LISTEN that wakes the claimer
 (`queuecore.worker.async_listener`), `concurrency` handler tasks, and the reporter with its ack
 window (`queuecore.worker.async_reporter`); a registry's periodic schedules run on a thread of
-their own (`queuecore.worker.schedules`), enqueueing through the loop. It talks to the database
+their own (`queuecore.worker.scheduler`), enqueueing through the loop. It talks to the database
 only through the public `AsyncQueue` API, so it runs on whatever `connect_async` gives.
 """
 
@@ -28,13 +28,13 @@ from queuecore.worker.async_handling import AsyncLease, async_outcome_of
 from queuecore.worker.async_listener import AsyncWakeups
 from queuecore.worker.async_reporter import AsyncReporter
 from queuecore.worker.async_roles import AsyncClaimer, AsyncHoldings, keep_leases
-from queuecore.worker.schedules import scheduler_threads
+from queuecore.worker.scheduler import scheduler_threads
 from queuecore.worker.settings import DEFAULT_CANCEL_GRACE, worker_settings
 from queuecore.worker.signals import SIGNALS
 from queuecore.worker.time_limits import timed_out
 
 if TYPE_CHECKING:
-    from queuecore import AsyncQueue
+    from queuecore.protocol import AsyncQueue
 
 T = TypeVar("T")
 

@@ -14,7 +14,7 @@ worker whose handlers take seconds claims no job before a slot is free for it, a
 leaves the rest to the other workers.
 
 That mean is learned mostly from short jobs, so it cannot see a long one coming (W9):
-while a slot's handler runs long (as `process_slot.running_long` judges), nothing is
+while a slot's handler runs long (as `handler_slot.running_long` judges), nothing is
 claimed ahead for that slot, and once every slot runs long, the jobs claimed ahead
 that waited HELD_AHEAD_SECONDS are released to the other workers' free slots instead of
 queueing here behind the long ones."""
@@ -67,7 +67,7 @@ def active_limit(
 
 def long_after(handler_seconds: float | None) -> float:
     """How long a handler runs before its slot counts as running long: as a handler
-    process's slot judges it (`process_slot.running_long`)."""
+    process's slot judges it (`handler_slot.running_long`)."""
     return max(LONG_SECONDS, LONG_FACTOR * (handler_seconds or 0.0))
 
 

@@ -1,6 +1,7 @@
 """Where a worker's handlers run: on the worker's own threads (`InThread`), or each slot
-in a handler process of its own (`queuecore.worker.processes.handler_slot.HandlerProcess`, W7). Each
-slot is a thread that takes the claimed jobs, has them run and reports their outcomes."""
+in a handler process of its own
+(`queuecore.worker.processes.handler_slot.HandlerProcess`, W7). Each slot is a thread that
+takes the claimed jobs, has them run and reports their outcomes."""
 
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ from queuecore.worker.processes.handler_processes import ForkServer, HandlerProc
 from queuecore.worker.processes.handler_slot import HandlerProcess
 from queuecore.worker.processes.loop_slot import LoopProcess
 from queuecore.worker.reporter import Reporter
-from queuecore.worker.schedules import scheduler_threads
+from queuecore.worker.scheduler import scheduler_threads
 from queuecore.worker.settings import DEFAULT_CANCEL_GRACE, worker_settings
 from queuecore.worker.signals import serve_until_signalled
 from queuecore.worker.slots import InThread, Runner

@@ -13,7 +13,7 @@ import itertools
 from queuecore.conformance.harness import PRIMARY_KEY, Harness
 from queuecore.conformance.test_plans import crowded, explain
 from queuecore.dashboard import actions
-from queuecore.sql import queries
+from queuecore.observe import queries
 
 __all__ = ["crowded"]  # the fixture, found by its name
 

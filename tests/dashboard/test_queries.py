@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from queuecore.conformance.fixtures import START
-from queuecore.sql import queries
+from queuecore.observe import queries
 from queuecore.sql.statements import LEASE_EXPIRED_ON_LAST_ATTEMPT
 
 

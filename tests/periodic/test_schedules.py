@@ -16,8 +16,9 @@ import pytest
 
 import queuecore
 from queuecore.conformance.fixtures import FakeClock
+from queuecore.core.schedules import Schedule
 from queuecore.testing import drain
-from queuecore.worker.schedules import Schedule, Scheduler
+from queuecore.worker.scheduler import Scheduler
 from tests.periodic.helpers import periodic_rows
 
 
@@ -173,7 +174,7 @@ def test_a_scheduler_thread_looks_until_stopped_and_rides_out_a_failing_look(
     dsn: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="queuecore.worker.schedules")
+    caplog.set_level(logging.INFO, logger="queuecore.schedules")
     queue = make_queue()
     failures = iter([RuntimeError("database away"), RuntimeError("still away")])
 
@@ -203,7 +204,7 @@ def test_a_scheduler_thread_looks_until_stopped_and_rides_out_a_failing_look(
         thread.join(timeout=10)
     assert not thread.is_alive()
     assert ticks_of(dsn, "thread") == [clock.now]
-    warnings = [r.getMessage() for r in caplog.records if r.name == "queuecore.worker.schedules"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "queuecore.schedules"]
     assert [w for w in warnings if "cannot enqueue" in w] == [
         "cannot enqueue periodic jobs (database away); trying again"
     ]

@@ -7,7 +7,7 @@ from datetime import datetime
 import pytest
 
 import queuecore
-from queuecore.worker.schedules import GRACE_SECONDS, Schedule
+from queuecore.core.schedules import GRACE_SECONDS, Schedule
 
 
 def epoch(iso: str) -> float:

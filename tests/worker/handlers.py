@@ -11,7 +11,7 @@ from pathlib import Path
 from queuecore import Job, Registry, current_lease
 from queuecore.demo.jobs import record
 from queuecore.protocol import Effect
-from queuecore.worker.processes.handler_child import supervisor_pid
+from queuecore.worker.processes.shared import supervisor_pid
 
 REGISTRY = Registry()
 

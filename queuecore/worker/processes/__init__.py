@@ -1,3 +1,4 @@
-"""Handler processes (W7): the fork server and its client (`handler_processes`), the
-worker's side of each kind of child (`handler_slot`, `loop_slot`) and the children
-themselves (`handler_child`, `loop_child`)."""
+"""Handler processes (W7): the worker's side (`handler_processes`, and one slot per kind
+of child: `handler_slot`, `loop_slot`), the fork server that starts the children
+(`fork_server`), the children themselves (`handler_child`, `loop_child`), and what they
+all share (`shared`)."""

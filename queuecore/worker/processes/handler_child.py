@@ -1,14 +1,5 @@
-"""The child side of handler processes (W7; the worker's side is
-`queuecore.worker.processes.handler_processes`).
-
-One fork server per worker (forked from `queuecore worker`'s process before it starts a
-thread or connects, else started as a fresh interpreter: `supervisor.prestart`) imports
-the registry and forks a handler process for each slot on the worker's request (and
-again after one died), so a worker with N slots starts at most two interpreters, not
-N + 1, and a crashed handler process is replaced in milliseconds. The fork server runs
-no thread and opens no database connection, so a fork inherits neither a held lock nor
-a connection in use (SQLite forbids carrying one across a fork). It sends the worker
-each child's socket and shared word, and reaps children.
+"""A handler process (W7; the worker's side is `queuecore.worker.processes.handler_slot`,
+the fork server that starts it `queuecore.worker.processes.fork_server`).
 
 A handler process runs the jobs its worker sends, one at a time and in order, and sends
 back what each came to. Its main thread runs handlers; a reader thread takes the worker's
@@ -24,45 +15,24 @@ group, and the running handler must be let finish within the grace period.
 
 from __future__ import annotations
 
-import logging
 import mmap
 import os
-import signal
-import socket
-import struct
-import sys
-import tempfile
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
-from multiprocessing.reduction import send_handle
 from typing import Any, TypeVar
 
-from queuecore.core.dsn import secrets_of
+from queuecore.core import tracing
 from queuecore.executors.reconnect import CONNECT_BACK, CONNECT_LOST, report_later
 from queuecore.handling import Handler, Lease, Raised, Returned
 from queuecore.job import Job
-from queuecore.observe import tracing
-from queuecore.observe.worklog import configure_logging
 from queuecore.protocol import Effect, Queue
+from queuecore.worker.processes.shared import RUNNING, log
 from queuecore.worker.slots import run_in_this_process
 
 T = TypeVar("T")
-log = logging.getLogger("queuecore.worker")
-_supervisor: int | None = None
-
-
-def supervisor_pid() -> int | None:
-    """The worker process this handler process runs for; None outside a handler process.
-    For a handler that must act on its whole worker (e.g. freeze it in a test)."""
-    return _supervisor
-
-
-#: The shared word where a handler process writes the number of the job it starts, so
-#: its supervisor can tell, once it died, which of the jobs sent to it had started.
-RUNNING = struct.Struct("q")
 
 
 class Serving:
@@ -197,95 +167,3 @@ def until_reachable(report: Callable[[], T]) -> T:
                 raise
         time.sleep(pause)
         pause = min(pause * 2, 1.0)
-
-
-def main(argv: list[str]) -> int:
-    """The fork server: set up once, then fork handler processes when asked."""
-    global _supervisor
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    _supervisor = os.getppid()
-    conn = Connection(int(argv[1]))
-    try:
-        config: dict[str, Any] = conn.recv()
-        configure_logging(config["log_level"], secrets_of(config["dsn"]))
-        logging.getLogger("alembic").setLevel(logging.WARNING)
-
-        from queuecore.connect import connect
-        from queuecore.registry import load_registry
-        from queuecore.worker.async_handling import runs_on_event_loop
-        from queuecore.worker.processes.loop_child import fork_loop_process
-
-        handlers = load_registry(config["registry"])
-        options = config["connect_options"]
-        on_loop = runs_on_event_loop(handlers)
-        conn.send(("ready",))
-        while True:
-            request = conn.recv()
-            if request[0] == "fork" and on_loop:  # one process runs them all (ADR 0011)
-                fork_loop_process(conn, handlers, config)
-            elif request[0] == "fork":
-                fork_handler_process(
-                    conn,
-                    lambda ours, running: Serving(
-                        ours,
-                        handlers,
-                        lambda: connect(config["dsn"], **options),
-                        config["max_result_bytes"],
-                        running,
-                    ),
-                )
-            else:  # ("wait", pid): the worker saw its socket close
-                _, status = os.waitpid(request[1], 0)
-                conn.send(("exited", os.waitstatus_to_exitcode(status)))
-    except (EOFError, BrokenPipeError, ConnectionResetError):
-        pass  # the worker is gone (killed, say): its handler processes see it themselves
-    return 0
-
-
-def fork_handler_process(server: Connection, serving: Callable[..., Serving]) -> None:
-    child_end, worker_end = socket.socketpair()
-    running = shared_word()
-    pid = os.fork()
-    if pid == 0:  # the handler process: it never returns from here
-        server.close()
-        worker_end.close()
-        try:
-            shared = mmap.mmap(running, RUNNING.size)
-            os.close(running)
-            child = serving(Connection(child_end.detach()), shared)
-            child.send(("ready",))
-            threading.Thread(target=child.read, name="queuecore-from-worker", daemon=True).start()
-            child.serve()
-        finally:
-            tracing.flush()
-            os._exit(0)  # no finalizers: nothing inherited is closed or flushed twice
-    child_end.close()
-    server.send(("forked", pid))
-    to = _supervisor or os.getppid()
-    send_handle(server, worker_end.fileno(), to)
-    send_handle(server, running, to)
-    worker_end.close()
-    os.close(running)
-
-
-def shared_word() -> int:
-    """A file of RUNNING.size zero bytes, open, in memory where the system allows, for
-    a handler process and its worker to map."""
-    if hasattr(os, "memfd_create"):
-        fd = os.memfd_create("queuecore-running")
-    else:
-        fd, path = tempfile.mkstemp(prefix="queuecore-running-")
-        os.unlink(path)
-    os.ftruncate(fd, RUNNING.size)
-    return fd
-
-
-#: What the fork server runs: `main` of this module, not this module as __main__, whose
-#: globals (`supervisor_pid`) would be another copy than the one the handlers import.
-COMMAND = [
-    sys.executable,
-    "-c",
-    "import sys; from queuecore.worker.processes.handler_child import main;"
-    " sys.exit(main(sys.argv))",
-]

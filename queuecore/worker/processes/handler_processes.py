@@ -2,7 +2,7 @@
 its own, so a handler that kills its process (`os._exit`, SIGKILL, SIGSEGV, the OOM
 killer) takes only its own job with it. The worker, the supervising parent, keeps the
 claims, leases, listener and ack window; the children only run handlers. They are forked
-by the worker's fork server (`queuecore.worker.processes.handler_child`), which sends each
+by the worker's fork server (`queuecore.worker.processes.fork_server`), which sends each
 one's socket.
 
 A slot (`queuecore.worker.processes.handler_slot`) keeps its handler process a few jobs
@@ -43,8 +43,9 @@ from multiprocessing.reduction import recv_handle
 from typing import Any
 
 from queuecore.errors import QueuecoreError
-from queuecore.worker.processes.handler_child import COMMAND, RUNNING
-from queuecore.worker.processes.handler_child import main as fork_server_main
+from queuecore.worker.processes.fork_server import COMMAND
+from queuecore.worker.processes.fork_server import main as fork_server_main
+from queuecore.worker.processes.shared import RUNNING
 
 
 class HandlerProcessError(QueuecoreError):
@@ -127,7 +128,7 @@ def _launch(*, fork: bool = False) -> tuple[Started, Connection]:
 
 
 class ForkServer:
-    """The worker's side of its fork server (`queuecore.worker.processes.handler_child`),
+    """The worker's side of its fork server (`queuecore.worker.processes.fork_server`),
     shared by its slots: started on first use, asked for a handler process, and for how
     one ended."""
 

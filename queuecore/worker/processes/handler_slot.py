@@ -38,8 +38,8 @@ from queuecore.handling import Completed, Crashed, Lease, Outcome, Raised, Retur
 from queuecore.observe.observer import WorkerObserver
 from queuecore.observe.worklog import describe
 from queuecore.worker.holdings import Holdings
-from queuecore.worker.processes.handler_child import RUNNING
 from queuecore.worker.processes.handler_processes import ForkServer, HandlerProcessError, exit_text
+from queuecore.worker.processes.shared import RUNNING
 from queuecore.worker.reporter import Reporter
 from queuecore.worker.time_limits import NO_LIMITS, StopClock, TimeLimits
 

@@ -29,52 +29,27 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
-from multiprocessing.reduction import send_handle
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from queuecore.core import tracing
 from queuecore.executors.reconnect import CONNECT_BACK, CONNECT_LOST, report_later
 from queuecore.handling import Handler, Raised, Returned
 from queuecore.job import Job
-from queuecore.observe import tracing
 from queuecore.worker.async_handling import AsyncLease, async_outcome_of, is_async_handler
-from queuecore.worker.processes.handler_child import log, shared_word, supervisor_pid
+from queuecore.worker.processes.shared import log
 
 if TYPE_CHECKING:
-    from queuecore import AsyncQueue
+    from queuecore.protocol import AsyncQueue
 
 T = TypeVar("T")
 #: Threads for sync handlers: never more than the jobs the worker sends at once, which
 #: its slots (`--concurrency`) bound; this only caps a pool that grows on demand.
 SYNC_HANDLER_THREADS = 1024
-
-
-def fork_loop_process(server: Connection, handlers: Mapping[str, Handler], config: Any) -> None:
-    """Fork the loop process (on the fork server, which runs no thread), and send the
-    worker its socket; the fork server reaps it when asked."""
-    child_end, worker_end = socket.socketpair()
-    pid = os.fork()
-    if pid == 0:  # the handler process: it never returns from here
-        server.close()
-        worker_end.close()
-        try:
-            LoopServing(Connection(child_end.detach()), handlers, config).run()
-        finally:
-            tracing.flush()
-            os._exit(0)  # no finalizers: nothing inherited is closed or flushed twice
-    child_end.close()
-    server.send(("forked", pid))
-    to = supervisor_pid() or os.getppid()
-    send_handle(server, worker_end.fileno(), to)
-    worker_end.close()
-    running = shared_word()  # the fork handshake's second handle, unused by a loop process
-    send_handle(server, running, to)
-    os.close(running)
 
 
 class LoopServing:
@@ -212,7 +187,7 @@ class LoopServing:
             self.tell(("completed", ticket, done, time.monotonic() - started))
 
     async def open_queue(self) -> AsyncQueue:
-        from queuecore import connect_async
+        from queuecore.connect import connect_async
 
         return await connect_async(self.config["dsn"], **self.config["connect_options"])
 

@@ -4,18 +4,20 @@ for its backend's dialect: what `Operations` plans with."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sqlalchemy import Double, bindparam, select
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.elements import ColumnElement
 
-from queuecore.contract import Backend
+from queuecore.core.claim_steps import ClaimSteps, build
 from queuecore.core.worker_records import WorkerStatements
 from queuecore.sql import statements
-from queuecore.sql.claim_steps import ClaimSteps, build
 from queuecore.sql.compiled import Compiled
 from queuecore.sql.schema import CANCELLED, DEAD, DONE, jobs
+
+if TYPE_CHECKING:
+    from queuecore.contract import Backend
 
 PURGEABLE = {"done": DONE, "dead": DEAD, "cancelled": CANCELLED}
 
@@ -136,7 +138,7 @@ class StatementSet:
         return compiled
 
     def claim_steps(self, queue_count: int | None, kind_count: int | None) -> ClaimSteps:
-        """The statements of a claim in steps (`queuecore.sql.claim_steps`) for this shape."""
+        """The statements of a claim in steps (`queuecore.core.claim_steps`) for this shape."""
         steps = self._steps.get((queue_count, kind_count))
         if steps is None:
             steps = build(self.now_sql, self.backend.walk(), queue_count, kind_count)
