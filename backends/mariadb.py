@@ -16,12 +16,11 @@ from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
-from queuecore.backends import mariadb_schema
 from sqlalchemy import URL, Connection, Double, Engine, Integer, MetaData, event, make_url
 from sqlalchemy.dialects import mysql
 from sqlalchemy.sql.elements import ColumnElement
 
-from queuecore.contract import Backend
+from queuecore.contract import Backend, BackendClass
 from queuecore.core.dsn import shown
 from queuecore.core.plans import DriverStep, Outcome
 from queuecore.errors import (
@@ -33,6 +32,8 @@ from queuecore.errors import (
 from queuecore.executors.sqlqueue import SQLQueue
 from queuecore.sql.schema import jobs
 from queuecore.sql.statements import Walk
+
+from . import mariadb_schema
 
 #: MariaDB's errors: a unique key taken; a deadlock broken; a lock waited for too long.
 DUPLICATE_ENTRY, DEADLOCK, LOCK_WAIT_TIMEOUT = 1062, 1213, 1205
@@ -165,7 +166,7 @@ class MariaDBQueue(SQLQueue):
 
     @classmethod
     async def open_async(cls, url: URL, ops_options: dict[str, Any], **options: Any) -> Any:
-        from queuecore.backends.mariadb_async import open_mariadb
+        from .mariadb_async import open_mariadb
 
         return await open_mariadb(url, ops_options, **options)
 
@@ -238,3 +239,7 @@ def _run(cursor: Any, sql: str, params: Any) -> Outcome:
         return cursor.rowcount, [], ()
     rows = cursor.fetchall()
     return len(rows), list(rows), tuple(column[1] for column in cursor.description)
+
+
+#: Checked by mypy: the class the entry point names keeps the contract (`BackendClass`).
+_AS_REGISTERED: BackendClass = MariaDBQueue

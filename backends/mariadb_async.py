@@ -16,17 +16,18 @@ from concurrent.futures import ThreadPoolExecutor
 from types import NotImplementedType
 from typing import Any
 
-from queuecore.backends.mariadb import MariaDBBackend, MariaDBQueue, refuse_mysql, utc_sessions
 from sqlalchemy import URL
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from queuecore.contract import AsyncListener
 from queuecore.core.operations import Operations
 from queuecore.core.plans import A, Outcome, Step, Tx
-from queuecore.executors.asyncqueue import AsyncListener
 from queuecore.executors.hotpath import HotPath
 from queuecore.executors.sqlqueue import run_transaction
 from queuecore.executors.waiting import AsyncSleep
 from queuecore.migrate import ensure_schema
+
+from .mariadb import MariaDBBackend, MariaDBQueue, refuse_mysql, utc_sessions
 
 #: The async drivers of SQLAlchemy's MariaDB dialect: never the sync side's.
 ASYNC_DRIVERS = ("asyncmy", "aiomysql")

@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
-from queuecore.backends.mariadb import utc_sessions
 
 from queuecore.conformance.harness import PRIMARY_KEY, Harness, Plan, Unavailable
 from queuecore.conformance.server_harness import ServerHarness
 from queuecore.sql.schema import jobs
+
+from .mariadb import utc_sessions
 
 _READY = ("ix_queuecore_jobs_ready", "ix_queuecore_jobs_ready_by_queue")
 _BY_STATE = ("ix_queuecore_jobs_state", "ix_queuecore_jobs_finished", "ix_queuecore_jobs_leases")

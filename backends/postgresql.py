@@ -28,8 +28,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.elements import ColumnElement
 
-from queuecore.contract import Backend
-from queuecore.core.operations import Operations
+from queuecore.contract import Backend, BackendClass, QueueStatements
 from queuecore.core.plans import DriverStep, Hot, Outcome
 from queuecore.errors import DatabaseLimitError, QueuecoreError, StorageFullError
 from queuecore.executors.sqlqueue import SQLQueue
@@ -100,7 +99,7 @@ class PostgresBackend(Backend):
         woken = select(func.pg_notify(CHANNEL, bindparam("queue")).label("woken")).cte("woken")
         return select(written.c.id).select_from(written.join(woken, sa.true()))
 
-    def build(self, ops: Operations) -> None:
+    def build(self, ops: QueueStatements) -> None:
         self.stmt_mark_awaited = statements.mark_awaited()
         self.hot_complete_batch = ops.compile(statements.complete_batch(ops.now_sql))
         payloads = func.jsonb_array_elements(bindparam("payloads", type_=JSONB))
@@ -108,7 +107,7 @@ class PostgresBackend(Backend):
             self.announcing(statements.enqueue_batch(ops.now_sql, payloads))
         )
 
-    def complete_fenced(self, ops: Operations, batch: Sequence[Job]) -> Hot[Completions]:
+    def complete_fenced(self, ops: QueueStatements, batch: Sequence[Job]) -> Hot[Completions]:
         """One statement for the whole batch: the (id, token) pairs go as two arrays."""
         params = ops.params(
             job_ids=[job.id for job in batch], tokens=[job.lease_token for job in batch]
@@ -184,7 +183,7 @@ class PostgresQueue(SQLQueue):
     @classmethod
     async def open_async(cls, url: URL, ops_options: dict[str, Any], **options: Any) -> Any:
         """The async queue's driver for this database (`queuecore.connect_async`)."""
-        from queuecore.backends.postgresql_async import open_postgresql
+        from .postgresql_async import open_postgresql
 
         return await open_postgresql(url, ops_options, **options)
 
@@ -218,7 +217,7 @@ class PostgresQueue(SQLQueue):
         return Notifications(self.engine)
 
     @contextmanager
-    def _finish_signal(self, job_id: int) -> Iterator[Finished]:
+    def finish_signal(self, job_id: int) -> Iterator[Finished]:
         """LISTEN first (one connection for every waiter of this queue), then mark the job
         awaited: from then on the trigger NOTIFYs its end, and `wait()` looks at the job
         only after both, so no end goes unheard. Other jobs' completions send nothing (the
@@ -401,3 +400,7 @@ def _run(conn: Any, sql: str, params: Any) -> Outcome:
     if cursor.description is None:
         return cursor.rowcount, [], ()
     return cursor.rowcount, cursor.fetchall(), tuple(c.type_code for c in cursor.description)
+
+
+#: Checked by mypy: the class the entry point names keeps the contract (`BackendClass`).
+_AS_REGISTERED: BackendClass = PostgresQueue

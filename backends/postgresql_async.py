@@ -17,14 +17,6 @@ from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-from queuecore.backends.postgresql import (
-    CHANNEL,
-    FINISHED_CHANNEL,
-    NOTIFY,
-    PostgresBackend,
-    detached,
-    engine_arguments,
-)
 from sqlalchemy import URL
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
@@ -34,6 +26,15 @@ from queuecore.core.plans import A, DriverStep, Outcome, Step, Tx
 from queuecore.executors.hotpath import execute_on_connection, lost_or_not
 from queuecore.executors.reconnect import LOST, async_transaction
 from queuecore.migrate import ensure_schema
+
+from .postgresql import (
+    CHANNEL,
+    FINISHED_CHANNEL,
+    NOTIFY,
+    PostgresBackend,
+    detached,
+    engine_arguments,
+)
 
 if TYPE_CHECKING:
     import psycopg

@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
-from queuecore.backends.postgresql import engine_arguments
 
 from queuecore.conformance.harness import PRIMARY_KEY, Plan, Unavailable
 from queuecore.conformance.pgbouncer import PgBouncer
 from queuecore.conformance.postgresql_server import ServerUnavailable, find_or_start_postgres
 from queuecore.conformance.server_harness import ServerHarness
 from queuecore.sql.schema import jobs
+
+from .postgresql import engine_arguments
 
 
 class PostgresHarness(ServerHarness):

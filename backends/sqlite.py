@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy import URL, Engine, event, make_url
 from sqlalchemy.dialects import sqlite
 
-from queuecore.contract import Backend
+from queuecore.contract import Backend, BackendClass
 from queuecore.core.plans import DriverStep, Outcome
 from queuecore.errors import (
     DatabaseBusyError,
@@ -126,7 +126,11 @@ class SQLiteModule(Protocol):
     __name__: str
     sqlite_version: str
     sqlite_version_info: tuple[int, int, int]
-    OperationalError: type[Exception]
+
+    @property
+    def OperationalError(self) -> type[Exception]: ...
+
+    def connect(self, database: str, *, timeout: float) -> Any: ...
 
 
 SQLITE_FULL, SQLITE_TOOBIG = 13, 18
@@ -363,7 +367,7 @@ class SQLiteQueue(SQLQueue):
     @classmethod
     async def open_async(cls, url: URL, ops_options: dict[str, Any], **options: Any) -> Any:
         """The async queue's driver for this database (`queuecore.connect_async`)."""
-        from queuecore.backends.sqlite_async import open_sqlite
+        from .sqlite_async import open_sqlite
 
         return await open_sqlite(url, ops_options, **options)
 
@@ -399,3 +403,7 @@ def _run(cursor: Any, sql: str, params: Any) -> Outcome:
     if cursor.description is None:
         return cursor.rowcount, rows, ()
     return len(rows), rows, tuple(column[1] for column in cursor.description)
+
+
+#: Checked by mypy: the class the entry point names keeps the contract (`BackendClass`).
+_AS_REGISTERED: BackendClass = SQLiteQueue

@@ -14,30 +14,31 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from types import NotImplementedType
-from typing import Any
+from types import ModuleType, NotImplementedType
+from typing import Any, cast
 
 import aiosqlite
-from queuecore.backends.sqlite import (
-    SQLiteBackend,
-    SQLiteQueue,
-    _Patience,
-    begin_immediately,
-    check_options,
-    pick_driver,
-)
 from sqlalchemy import URL
 from sqlalchemy.dialects.sqlite.aiosqlite import AsyncAdapt_aiosqlite_dbapi
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import AsyncAdaptedQueuePool
 
+from queuecore.contract import AsyncListener
 from queuecore.core.operations import Operations
 from queuecore.core.plans import A, Outcome, Step, Tx
-from queuecore.executors.asyncqueue import AsyncListener
 from queuecore.executors.hotpath import HotPath
 from queuecore.executors.sqlqueue import run_transaction
 from queuecore.executors.waiting import AsyncSleep
 from queuecore.migrate import ensure_schema
+
+from .sqlite import (
+    SQLiteBackend,
+    SQLiteModule,
+    SQLiteQueue,
+    _Patience,
+    begin_immediately,
+    check_options,
+)
 
 #: Rows aiosqlite fetches per hop when a result is iterated.
 CHUNK = 256
@@ -98,7 +99,8 @@ async def open_sqlite(
         sqlite_driver=sqlite_driver,
         **pool,
     )
-    dbapi = sync_engine.dialect.loaded_dbapi
+    # The module the engine loaded, as `SQLiteQueue.create_engine` picked it.
+    dbapi = cast(SQLiteModule, sync_engine.dialect.loaded_dbapi)
     patience = _Patience(str(url.database), busy_timeout, dbapi)
     backend = SQLiteBackend(
         sync_engine.dialect, busy_timeout=busy_timeout, synchronous=mode, patience=patience
@@ -112,7 +114,7 @@ async def open_sqlite(
 
     engine = create_async_engine(
         url.set(drivername="sqlite+aiosqlite"),
-        module=AsyncAdapt_aiosqlite_dbapi(aiosqlite, pick_driver(sqlite_driver)[1]),
+        module=AsyncAdapt_aiosqlite_dbapi(aiosqlite, cast(ModuleType, dbapi)),
         async_creator=connect,
         # A pool of file connections on every SQLAlchemy we support: 2.1 pools them by
         # default, 2.0.30 (the lowest) used NullPool, which refuses the pool options.

@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
-from queuecore.backends.sqlite import pick_driver
 
 import queuecore
 from queuecore.conformance.harness import PRIMARY_KEY, Harness, Plan
 from queuecore.sql.schema import jobs
+
+from .sqlite import pick_driver
 
 
 class SQLiteHarness(Harness):

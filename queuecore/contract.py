@@ -1,34 +1,62 @@
-"""What one database does differently, said once for both executors, and how the
-backend for a DSN is found: through entry points (group `queuecore.backends`), so a
-third-party backend plugs in the same way ours do.
+"""The backend contract: everything a database's backend gives queuecore, in one place.
 
-A backend is a `Backend` (statements and flags, shared by the sync and the async queue)
-plus the queue class its entry point names (`SQLQueue` subclass: the engine, the id
-sequence, LISTEN). Everything here is about *what* to send; the driver I/O of each
-executor is the last part (`run_on_driver` for the sync hot path, `async_hot_path`).
+A backend is three things, each declared here:
+- a `Backend`: what the database does differently, as statements and flags, shared by
+  the sync and the async queue (*what* to send; the sync hot path's driver I/O,
+  `run_on_driver`, is its last part);
+- the queue class its entry point names, which satisfies `BackendClass`: an `SQLQueue`
+  subclass that makes the engine, reads the id sequence, listens (a `Listener`), and
+  wakes `wait()` early where it can (a `FinishSignal`);
+- for `connect_async`, an `AsyncDriver` (with an `AsyncListener` and an
+  `AsyncFinishSignal`), which that class's `open_async` returns.
+
+Backends are found through entry points (group `queuecore.backends`, `backend_for`), so
+a third-party backend plugs in the same way ours do; the conformance kit's `Harness`
+(`queuecore.conformance.harness`) is how it proves that it keeps the rules.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from importlib.metadata import EntryPoint, entry_points
-from typing import TYPE_CHECKING, Any, ClassVar
+from types import NotImplementedType
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from sqlalchemy import URL, Insert
+from sqlalchemy import URL, Connection, Engine, Insert, MetaData
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.elements import ColumnElement
 
-from queuecore.core.plans import DriverStep, Hot, Outcome
+from queuecore.core.plans import A, DriverStep, Hot, Outcome, Step, Tx
 from queuecore.errors import QueuecoreError, UnknownBackendError
 from queuecore.job import Completions
-from queuecore.protocol import BackendClass
+from queuecore.protocol import Queue
+from queuecore.sql.compiled import Compiled
 from queuecore.sql.statements import LIVE_WALK, Walk
 
 if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine  # needs greenlet: not for a sync queue
+
     from queuecore.core.operations import Operations
     from queuecore.job import Job
+
+
+class QueueStatements(Protocol):
+    """What a `Backend`'s hooks may use of its queue's statements (the core's `Operations`
+    satisfies it): the clock expression, compiling, the parameters of one statement, and
+    the one slot a backend may fill (`hot_enqueue_many`, its one-statement batch insert)."""
+
+    now_sql: ColumnElement[Any]
+    hot_complete: Compiled
+    hot_enqueue_many: Compiled | None
+
+    def compile(self, statement: ClauseElement) -> Compiled: ...
+
+    def params(self, **params: Any) -> dict[str, Any]: ...
+
+    def fence(self, job: Job, **params: Any) -> dict[str, Any]: ...
 
 
 class Backend:
@@ -107,10 +135,10 @@ class Backend:
         workers holding jobs poll for it."""
         return []
 
-    def build(self, ops: Operations) -> None:
+    def build(self, ops: QueueStatements) -> None:
         """Add the backend's own statements to `ops` (called once, at the end of its set-up)."""
 
-    def complete_fenced(self, ops: Operations, batch: Sequence[Job]) -> Hot[Completions]:
+    def complete_fenced(self, ops: QueueStatements, batch: Sequence[Job]) -> Hot[Completions]:
         """Fenced completes of many jobs in one transaction (no effects): one statement
         per job; a backend may do it in one. One round: `finish` answers `complete_many`."""
         steps = [(ops.hot_complete, ops.fence(job)) for job in batch]
@@ -128,6 +156,106 @@ class Backend:
         """Run the steps on the DBAPI connection: one step on its own (autocommit), several
         in one transaction that takes the write lock up front. Every row is fetched."""
         raise NotImplementedError
+
+
+# --- the queue class an entry point names -------------------------------------------
+
+
+class BackendClass(Protocol):
+    """What `connect`, `migrate` and `copy` need of a backend's class (the entry point's
+    object): it makes queues, and it answers for the database before there is a queue.
+    `SQLQueue` gives every attribute a default; a backend overrides what differs."""
+
+    #: Options only this backend acts on (`connect(..., busy_timeout=...)`); every other
+    #: backend accepts and ignores them, so configuration never branches on the DSN.
+    backend_options: frozenset[str]
+    #: Those of its options that shape the engine: refused beside a caller's own Engine.
+    engine_options: frozenset[str]
+    #: The folder of `queuecore.migrations` whose revisions build this backend's schema.
+    migration_chain: str
+    #: The models those revisions build (what `queuecore migrate --check` compares).
+    metadata: MetaData
+
+    def __call__(self, bind: str | URL | Engine, **options: Any) -> Queue: ...
+
+    def create_engine(self, bind: str | URL | Engine, **options: Any) -> Engine:
+        """An engine set up for this database (pragmas, transaction start, pool)."""
+        ...
+
+    def id_sequence(self, conn: Connection) -> int:
+        """The last job id the table has handed out (0 before the first), purged ones too."""
+        ...
+
+    def advance_id_sequence(self, conn: Connection, at_least: int) -> None:
+        """Make the next id the table hands out greater than `at_least` (never lower it)."""
+        ...
+
+    def migrating(self, engine: Engine) -> AbstractContextManager[object]:
+        """Held while migrations run on `conn`: two processes migrating one database
+        take turns."""
+        ...
+
+    async def open_async(self, url: URL, ops_options: dict[str, Any], **options: Any) -> Any:
+        """The async queue's driver for this database (`queuecore.connect_async`)."""
+        ...
+
+
+class FinishSignal(Protocol):
+    """What `wait()` sleeps on between two looks at a job (`SQLQueue.finish_signal`)."""
+
+    def sleep(self, seconds: float) -> None:
+        """Return after `seconds`, or earlier when the job may have finished."""
+        ...
+
+
+class AsyncFinishSignal(Protocol):
+    """`FinishSignal` for the async queue (`AsyncDriver.finish_signal`)."""
+
+    async def sleep(self, seconds: float) -> None:
+        """Return after `seconds`, or earlier when the job may have finished."""
+        ...
+
+
+# --- the async queue's driver ----------------------------------------------------------
+
+
+class AsyncListener(Protocol):
+    """`Listener` for the async queue (PostgreSQL LISTEN on an async connection)."""
+
+    async def reaches_itself(self, timeout: float) -> bool: ...
+
+    async def wait(self, timeout: float) -> list[str]: ...
+
+    async def close(self) -> None: ...
+
+
+class AsyncDriver(Protocol):
+    """What a backend gives the async queue: its engine and the I/O that differs."""
+
+    engine: AsyncEngine
+    backend: Backend
+    ops: Operations
+
+    async def execute(self, steps: Sequence[Step]) -> list[Outcome]:
+        """The hot path: the steps in one transaction, every row fetched (`HotPath`)."""
+        ...
+
+    def finish_signal(self, job_id: int) -> AbstractAsyncContextManager[AsyncFinishSignal]:
+        """What `wait()` sleeps on between two looks at the job."""
+        ...
+
+    async def listen(self) -> AsyncListener | None: ...
+
+    async def run_blocking(self, tx: Tx[A]) -> A | NotImplementedType:
+        """Run a transaction of the queue's own that calls no effect off the event loop
+        with blocking I/O, where that is the better bridge (SQLite: on the hot path's
+        thread, one hop instead of one per statement); NotImplemented: awaited here."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+# --- finding the backend for a DSN -----------------------------------------------------
 
 
 ENTRY_POINT_GROUP = "queuecore.backends"

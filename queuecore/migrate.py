@@ -66,15 +66,13 @@ def migration_chain(engine: Engine | None) -> str:
     """The folder of the revisions for `engine`'s backend (the shared chain without one)."""
     if engine is None:
         return DEFAULT_CHAIN
-    chain: str = getattr(backend_for(engine.url), "migration_chain", DEFAULT_CHAIN)
-    return chain
+    return backend_for(engine.url).migration_chain
 
 
 def models(engine: Engine) -> MetaData:
     """The models the migrations of `engine`'s backend build (what a drift check compares
     the database with): `queuecore.sql.schema`'s, or the backend's own `metadata`."""
-    own: MetaData = getattr(backend_for(engine.url), "metadata", metadata)
-    return own
+    return backend_for(engine.url).metadata
 
 
 @functools.cache

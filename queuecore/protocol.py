@@ -11,11 +11,10 @@ missing from it.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
-from sqlalchemy import URL, Connection, Engine
+from sqlalchemy import Connection, Engine
 
 from queuecore.job import Completions, EnqueueResult, Job, JobSnapshot, WorkerInfo
 
@@ -434,34 +433,6 @@ class Queue(Protocol):
     def __enter__(self) -> Queue: ...
 
     def __exit__(self, *exc: object) -> None: ...
-
-
-class BackendClass(Protocol):
-    """What `connect`, `migrate` and `copy` need of a backend's class (the entry point's
-    object): it makes queues, and it answers for the database before there is a queue."""
-
-    def __call__(self, bind: str | URL | Engine, **options: Any) -> Queue: ...
-
-    def create_engine(self, bind: str | URL | Engine, **options: Any) -> Engine:
-        """An engine set up for this database (pragmas, transaction start, pool)."""
-        ...
-
-    def id_sequence(self, conn: Connection) -> int:
-        """The last job id the table has handed out (0 before the first), purged ones too."""
-        ...
-
-    def advance_id_sequence(self, conn: Connection, at_least: int) -> None:
-        """Make the next id the table hands out greater than `at_least` (never lower it)."""
-        ...
-
-    def migrating(self, engine: Engine) -> AbstractContextManager[object]:
-        """Held while migrations run on `conn`: two processes migrating one database
-        take turns."""
-        ...
-
-    async def open_async(self, url: URL, ops_options: dict[str, Any], **options: Any) -> Any:
-        """The async queue's driver for this database (`queuecore.connect_async`)."""
-        ...
 
 
 @runtime_checkable

@@ -29,6 +29,7 @@ BACKEND_HOOKS = {
     "make_backend",
     "open_async",
     "migrating",  # the lock migrations take turns on
+    "finish_signal",  # what wait() sleeps on between two looks (queuecore.contract)
 }
 
 

@@ -11,11 +11,13 @@ from __future__ import annotations
 import difflib
 import inspect
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine
 
-from queuecore.protocol import BackendClass
+if TYPE_CHECKING:
+    from queuecore.contract import BackendClass
+
 
 #: Engine options both backends take with the same meaning (SQLAlchemy's pool settings).
 POOL_OPTIONS = frozenset(
@@ -37,12 +39,12 @@ def queue_options(backend: BackendClass) -> frozenset[str]:
 
 
 def backend_only(backend: BackendClass) -> frozenset[str]:
-    return frozenset(getattr(backend, "backend_options", ()))
+    return backend.backend_options
 
 
 def engine_building(backend: BackendClass) -> frozenset[str]:
     """Options that say how to make the engine: meaningless when the caller hands one in."""
-    return POOL_OPTIONS | frozenset(getattr(backend, "engine_options", ()))
+    return POOL_OPTIONS | backend.engine_options
 
 
 def sort(

@@ -16,68 +16,28 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Iterable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager
 from datetime import datetime
-from types import NotImplementedType
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection
 
-from queuecore.contract import Backend
-from queuecore.core.operations import Operations, OptionsView
+from queuecore.contract import AsyncDriver, AsyncListener
+from queuecore.core.operations import OptionsView
 from queuecore.core.plans import (
     INVALIDATED,
     A,
     CallEffect,
     Hot,
-    Outcome,
     Plan,
     Program,
     Ready,
     Run,
     Savepoint,
-    Step,
     Tx,
 )
 from queuecore.executors.reconnect import Outage, async_transaction, reconnecting, translating
-from queuecore.executors.waiting import AsyncFinishSignal, wait_until_finished_async
+from queuecore.executors.waiting import wait_until_finished_async
 from queuecore.job import Completions, EnqueueResult, Job, JobSnapshot, WorkerInfo
-
-
-class AsyncListener(Protocol):
-    """`Listener` for the async queue (PostgreSQL LISTEN on an async connection)."""
-
-    async def reaches_itself(self, timeout: float) -> bool: ...
-
-    async def wait(self, timeout: float) -> list[str]: ...
-
-    async def close(self) -> None: ...
-
-
-class AsyncDriver(Protocol):
-    """What a backend gives the async queue: its engine and the I/O that differs."""
-
-    engine: AsyncEngine
-    backend: Backend
-    ops: Operations
-
-    async def execute(self, steps: Sequence[Step]) -> list[Outcome]:
-        """The hot path: the steps in one transaction, every row fetched (`HotPath`)."""
-        ...
-
-    def finish_signal(self, job_id: int) -> AbstractAsyncContextManager[AsyncFinishSignal]:
-        """What `wait()` sleeps on between two looks at the job."""
-        ...
-
-    async def listen(self) -> AsyncListener | None: ...
-
-    async def run_blocking(self, tx: Tx[A]) -> A | NotImplementedType:
-        """Run a transaction of the queue's own that calls no effect off the event loop
-        with blocking I/O, where that is the better bridge (SQLite: on the hot path's
-        thread, one hop instead of one per statement); NotImplemented: awaited here."""
-        ...
-
-    async def close(self) -> None: ...
 
 
 class AsyncSQLQueue(OptionsView):

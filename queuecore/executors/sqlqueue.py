@@ -14,9 +14,9 @@ from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
 from typing import Any, ClassVar, Literal
 
-from sqlalchemy import URL, Connection, Engine
+from sqlalchemy import URL, Connection, Engine, MetaData
 
-from queuecore.contract import Backend
+from queuecore.contract import Backend, FinishSignal
 from queuecore.core.operations import Clock, Operations, OptionsView
 from queuecore.core.plans import (
     INVALIDATED,
@@ -32,10 +32,11 @@ from queuecore.core.plans import (
 )
 from queuecore.executors.hotpath import HotPath
 from queuecore.executors.reconnect import Outage, reconnecting, transaction, translating
-from queuecore.executors.waiting import FinishSignal, Sleep, wait_until_finished
+from queuecore.executors.waiting import Sleep, wait_until_finished
 from queuecore.job import Completions, EnqueueResult, Job, JobSnapshot, WorkerInfo
-from queuecore.migrate import ensure_schema
+from queuecore.migrate import DEFAULT_CHAIN, ensure_schema
 from queuecore.protocol import Effect, Listener
+from queuecore.sql.schema import metadata as schema_metadata
 
 __all__ = ["SQLQueue"]
 
@@ -45,6 +46,11 @@ class SQLQueue(OptionsView):
 
     #: The backend's statement-level hooks, shared with `AsyncQueue`.
     backend_class: ClassVar[type[Backend]] = Backend
+    # What `BackendClass` declares (queuecore.contract), for a backend with none of its own.
+    backend_options: ClassVar[frozenset[str]] = frozenset()
+    engine_options: ClassVar[frozenset[str]] = frozenset()
+    migration_chain: ClassVar[str] = DEFAULT_CHAIN
+    metadata: ClassVar[MetaData] = schema_metadata
 
     def __init__(
         self,
@@ -94,7 +100,7 @@ class SQLQueue(OptionsView):
         """A connection that hears of new jobs, for idle workers; None: poll instead."""
         return None
 
-    def _finish_signal(self, job_id: int) -> AbstractContextManager[FinishSignal]:
+    def finish_signal(self, job_id: int) -> AbstractContextManager[FinishSignal]:
         """What `wait()` sleeps on between two looks at the job: here a plain sleep (it
         polls); a backend that can notify wakes it when the job finishes."""
         return Sleep()
@@ -261,7 +267,7 @@ class SQLQueue(OptionsView):
         job_id, timeout = self.ops.wait_arguments(job_id, timeout)
         return wait_until_finished(
             lambda: self.get(job_id),
-            lambda: self._finish_signal(job_id),
+            lambda: self.finish_signal(job_id),
             timeout=timeout,
             pause_cap=self.backend.wait_pause_cap,
         )

@@ -10,24 +10,12 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
-from typing import Protocol
 
+from queuecore.contract import AsyncFinishSignal, FinishSignal
 from queuecore.job import JobSnapshot
 
 FIRST_PAUSE = 0.01
 GROWTH = 1.5
-
-
-class FinishSignal(Protocol):
-    def sleep(self, seconds: float) -> None:
-        """Return after `seconds`, or earlier when the job may have finished."""
-        ...
-
-
-class AsyncFinishSignal(Protocol):
-    async def sleep(self, seconds: float) -> None:
-        """Return after `seconds`, or earlier when the job may have finished."""
-        ...
 
 
 class Sleep:

@@ -23,7 +23,7 @@ from queuecore.worker.listener import (
 )
 
 if TYPE_CHECKING:  # asyncqueue needs greenlet: the async extra only
-    from queuecore.executors.asyncqueue import AsyncListener
+    from queuecore.contract import AsyncListener
 
 
 class AsyncWakeups:
