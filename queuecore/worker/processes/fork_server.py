@@ -32,6 +32,15 @@ from queuecore.handling import Handler
 from queuecore.observe.worklog import configure_logging
 from queuecore.worker.processes.handler_child import Serving
 from queuecore.worker.processes.loop_child import LoopServing
+from queuecore.worker.processes.messages import (
+    Exited,
+    Fork,
+    Forked,
+    Ready,
+    WaitFor,
+    receive,
+    send,
+)
 from queuecore.worker.processes.shared import (
     RUNNING,
     remember_supervisor,
@@ -58,12 +67,12 @@ def main(argv: list[str]) -> int:
         handlers = load_registry(config["registry"])
         options = config["connect_options"]
         on_loop = runs_on_event_loop(handlers)
-        conn.send(("ready",))
+        send(conn, Ready())
         while True:
-            request = conn.recv()
-            if request[0] == "fork" and on_loop:  # one process runs them all (ADR 0011)
+            request = receive(conn)
+            if isinstance(request, Fork) and on_loop:  # one process runs them all (ADR 0011)
                 fork_child(conn, lambda ours, word: serve_loop(ours, word, handlers, config))
-            elif request[0] == "fork":
+            elif isinstance(request, Fork):
 
                 def serving(ours: Connection, running: mmap.mmap) -> Serving:
                     return Serving(
@@ -75,9 +84,9 @@ def main(argv: list[str]) -> int:
                     )
 
                 fork_child(conn, lambda ours, word: serve_jobs(ours, word, serving))
-            else:  # ("wait", pid): the worker saw its socket close
-                _, status = os.waitpid(request[1], 0)
-                conn.send(("exited", os.waitstatus_to_exitcode(status)))
+            elif isinstance(request, WaitFor):  # the worker saw its socket close
+                _, status = os.waitpid(request.pid, 0)
+                send(conn, Exited(os.waitstatus_to_exitcode(status)))
     except (EOFError, BrokenPipeError, ConnectionResetError):
         pass  # the worker is gone (killed, say): its handler processes see it themselves
     return 0
@@ -99,7 +108,7 @@ def fork_child(server: Connection, body: Callable[[Connection, int], None]) -> N
             tracing.flush()
             os._exit(0)  # no finalizers: nothing inherited is closed or flushed twice
     child_end.close()
-    server.send(("forked", pid))
+    send(server, Forked(pid))
     to = supervisor_pid() or os.getppid()
     send_handle(server, worker_end.fileno(), to)
     send_handle(server, running, to)
@@ -113,7 +122,7 @@ def serve_jobs(conn: Connection, running: int, serving: Callable[..., Serving]) 
     shared = mmap.mmap(running, RUNNING.size)
     os.close(running)
     child = serving(conn, shared)
-    child.send(("ready",))
+    child.send(Ready())
     threading.Thread(target=child.read, name="queuecore-from-worker", daemon=True).start()
     child.serve()
 

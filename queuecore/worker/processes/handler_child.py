@@ -22,13 +22,26 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from queuecore.core import tracing
 from queuecore.executors.reconnect import CONNECT_BACK, CONNECT_LOST, report_later
 from queuecore.handling import Handler, Lease, Raised, Returned
 from queuecore.job import Job
 from queuecore.protocol import Effect, Queue
+from queuecore.worker.processes.messages import (
+    JobCompleted,
+    JobCompleting,
+    JobRaised,
+    JobReturned,
+    Jobs,
+    JobsUnstarted,
+    Lost,
+    Message,
+    Stop,
+    receive,
+    wire,
+)
 from queuecore.worker.processes.shared import RUNNING, log
 from queuecore.worker.slots import run_in_this_process
 
@@ -60,13 +73,13 @@ class Serving:
         self._jobs: deque[tuple[int, Lease]] = deque()  # sent to this process, not started
         self._leases: dict[int, Lease] = {}  # by number, until the job's outcome is sent
 
-    def send(self, message: tuple[Any, ...]) -> None:
+    def send(self, message: Message) -> None:
         """A worker that went away (its end of the pipe closed) ends this process, as
         `read` does: a reader thread that died of the broken pipe instead left the
         process running, and the worker waiting for it at shutdown (seen in CI)."""
         with self._sending:
             try:
-                self.conn.send(message)
+                self.conn.send(wire(message))
             except OSError:  # BrokenPipeError, ConnectionResetError
                 tracing.flush()
                 os._exit(0)
@@ -75,27 +88,27 @@ class Serving:
         """The worker's messages, until it goes away; then this process goes too."""
         while True:
             try:
-                message = self.conn.recv()
+                message = receive(self.conn)
             except (EOFError, OSError):
                 tracing.flush()
                 os._exit(0)
-            if message[0] == "jobs":
+            if isinstance(message, Jobs):
                 with self._ready:
-                    for number, job in message[1]:
+                    for number, job in message.jobs:
                         lease = self._leases[number] = Lease(job)
                         self._jobs.append((number, lease))
                     self._ready.notify()
-            elif message[0] == "lost":
-                held = self._leases.get(message[1])
+            elif isinstance(message, Lost):
+                held = self._leases.get(message.ticket)
                 if held is not None:
                     held.lost.set()
-            else:  # ("stop",): the jobs not started go back at once (W4, or behind a long job)
-                with self._ready:
-                    unstarted = len(self._jobs)
-                    for number, _ in self._jobs:
+            elif isinstance(message, Stop):  # the jobs not started go back at once
+                with self._ready:  # (W4, or jobs held behind a long one)
+                    unstarted = [number for number, _ in self._jobs]
+                    for number in unstarted:
                         del self._leases[number]
                     self._jobs.clear()
-                self.send(("unstarted", unstarted))
+                self.send(JobsUnstarted(unstarted))
 
     def serve(self) -> None:
         while True:
@@ -109,11 +122,11 @@ class Serving:
             started = time.perf_counter()
             outcome = run_in_this_process(self.handlers, lease, self.max_result_bytes)
             if isinstance(outcome, Raised):
-                self.send_raised(outcome, started)
+                self.send_raised(number, outcome, started)
             elif outcome.effect is None:  # the result (a JSON value) travels back
-                self.send(("returned", outcome.result, time.perf_counter() - started))
+                self.send(JobReturned(number, outcome.result, time.perf_counter() - started))
             else:
-                self.complete(lease.job, outcome, started)
+                self.complete(number, lease.job, outcome, started)
             del self._leases[number]
 
     def connect(self) -> Queue:
@@ -135,9 +148,9 @@ class Serving:
         self.waiting_for_database = False
         return self.queue
 
-    def complete(self, job: Job, outcome: Returned, started: float) -> None:
+    def complete(self, number: int, job: Job, outcome: Returned, started: float) -> None:
         """Commit the effect with the completion here: a closure cannot be sent (R10)."""
-        self.send(("completing",))
+        self.send(JobCompleting(number))
         effect: Effect = outcome.effect  # type: ignore[assignment]
         try:
             queue = self.connect()
@@ -145,13 +158,13 @@ class Serving:
                 lambda: queue.complete(job, effect=effect, result=outcome.result)
             )
         except Exception as exc:  # the effect raised (rolled back), or the database did
-            self.send_raised(Raised.from_exception(exc), started)
+            self.send_raised(number, Raised.from_exception(exc), started)
         else:
-            self.send(("completed", done, time.perf_counter() - started))
+            self.send(JobCompleted(number, done, time.perf_counter() - started))
 
-    def send_raised(self, raised: Raised, started: float) -> None:
+    def send_raised(self, number: int, raised: Raised, started: float) -> None:
         elapsed = time.perf_counter() - started
-        self.send(("raised", raised.error, raised.retry_in, raised.permanent, elapsed))
+        self.send(JobRaised(number, raised.error, raised.retry_in, raised.permanent, elapsed))
 
 
 def until_reachable(report: Callable[[], T]) -> T:

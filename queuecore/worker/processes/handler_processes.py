@@ -16,15 +16,10 @@ effect is a closure that cannot cross to the parent, so a child completes such a
 itself (R10), and says so first: dying before that completion commits charges the job,
 as its effect is handler code too; a completion that did commit is kept by the fence.
 
-Messages (pickled tuples over socket pairs). To the fork server: the configuration, then
-("fork",) answered by ("forked", pid), the child's socket and its shared word; ("wait",
-pid) answered by ("exited", code). A child says ("ready",) once it runs; it connects to
-the database only for its first effect. To a child: ("jobs", [(number, Job), ...]);
-("lost", number) when the worker's heartbeat lost the job's lease (W3); ("stop",),
-answered by ("unstarted", n): the last n jobs sent were dropped unstarted (W4); closing
-its socket ends it. From a child, per job in order: ("returned", result, seconds) |
-("raised", error, retry_in, permanent, seconds) | ("completing",) then ("completed",
-done, seconds) or ("raised", ...); seconds is how long the handler (and effect) ran.
+The fork server is sent its configuration, then the messages of
+`queuecore.worker.processes.messages`, which also says what a worker and each kind of
+child tell each other. A handler process connects to the database only for its first
+effect.
 """
 
 from __future__ import annotations
@@ -45,6 +40,7 @@ from typing import Any
 from queuecore.errors import QueuecoreError
 from queuecore.worker.processes.fork_server import COMMAND
 from queuecore.worker.processes.fork_server import main as fork_server_main
+from queuecore.worker.processes.messages import Exited, Fork, Forked, Ready, WaitFor, receive, send
 from queuecore.worker.processes.shared import RUNNING
 
 
@@ -145,8 +141,10 @@ class ForkServer:
         with self._lock:
             conn = self._conn or self._start()
             try:
-                conn.send(("fork",))
-                _, pid = conn.recv()
+                send(conn, Fork())
+                forked = receive(conn)
+                assert isinstance(forked, Forked), forked
+                pid = forked.pid
                 sock = Connection(recv_handle(conn))
                 fd = recv_handle(conn)
             except (EOFError, OSError) as exc:
@@ -161,10 +159,10 @@ class ForkServer:
         for its start; one that dies first is a `HandlerProcessError` naming its exit."""
         pid, conn, running = self.fork()
         try:
-            ready = conn.recv()
+            ready = isinstance(receive(conn), Ready)
         except (EOFError, OSError):
-            ready = None
-        if ready != ("ready",):
+            ready = False
+        if not ready:
             conn.close()
             running.close()
             code = self.wait(pid)
@@ -178,8 +176,10 @@ class ForkServer:
             if self._conn is None:
                 raise HandlerProcessError("the fork server is not running")
             try:
-                self._conn.send(("wait", pid))
-                return int(self._conn.recv()[1])
+                send(self._conn, WaitFor(pid))
+                exited = receive(self._conn)
+                assert isinstance(exited, Exited), exited
+                return exited.code
             except (EOFError, OSError) as exc:
                 raise self._failed("stopped") from exc
 
@@ -208,10 +208,10 @@ class ForkServer:
                     "max_result_bytes": self.max_result_bytes,
                 }
             )
-            ready = conn.recv()
+            ready = isinstance(receive(conn), Ready)
         except (EOFError, OSError):
-            ready = None
-        if ready != ("ready",):
+            ready = False
+        if not ready:
             conn.close()
             raise self._failed("could not start")
         self._conn = conn

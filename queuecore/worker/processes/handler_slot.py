@@ -32,13 +32,23 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
 
-from queuecore.handling import Completed, Crashed, Lease, Outcome, Raised, Returned
+from queuecore.handling import Crashed, Lease, Raised
 from queuecore.observe.observer import WorkerObserver
 from queuecore.observe.worklog import describe
 from queuecore.worker.holdings import Holdings
 from queuecore.worker.processes.handler_processes import ForkServer, HandlerProcessError, exit_text
+from queuecore.worker.processes.messages import (
+    JobCompleting,
+    Jobs,
+    JobsUnstarted,
+    Lost,
+    Message,
+    Stop,
+    job_ended,
+    receive,
+    send,
+)
 from queuecore.worker.processes.shared import RUNNING
 from queuecore.worker.reporter import Reporter
 from queuecore.worker.time_limits import NO_LIMITS, StopClock, TimeLimits
@@ -177,11 +187,11 @@ class HandlerProcess:
                 elif holdings.stopping.is_set():
                     if not out:
                         return False
-                    child.conn.send(("stop",))
+                    send(child.conn, Stop())
                     stopped = True
                 elif asked_back or (out and running_long(out[0], holdings)):
                     if len(out) > 1 and not asked_back:
-                        child.conn.send(("stop",))  # the child goes on; its queue comes back
+                        send(child.conn, Stop())  # the child goes on; its queue comes back
                         asked_back = True
                 else:
                     more = self._more(holdings, len(out))
@@ -199,14 +209,14 @@ class HandlerProcess:
                             self._begin(out[0], observer)
                 for s in out:
                     if s.lease.lost.is_set() and not s.told_lost:
-                        child.conn.send(("lost", s.number))
+                        send(child.conn, Lost(s.number))
                         s.told_lost = True
                 if out and self._killed is None:
                     self._stop_if_due(child, out[0])
                 if child.conn.poll(WATCH_SLICE):
-                    message = child.conn.recv()
-                    if message[0] == "unstarted":  # the last ones sent, dropped on ("stop",)
-                        given = [out.pop().lease for _ in range(message[1])][::-1]
+                    message = receive(child.conn)
+                    if isinstance(message, JobsUnstarted):  # the last ones sent, on a Stop
+                        given = [out.pop().lease for _ in message.tickets][::-1]
                         if stopped or not holdings.hand_back(given):
                             for lease in given:
                                 reporter.release(lease)
@@ -227,7 +237,7 @@ class HandlerProcess:
         too deep, say), send them one by one, and fail each job that cannot go, alone,
         naming why. A pickling error leaves nothing on the socket: it pickles first."""
         try:
-            child.conn.send(("jobs", [(s.number, s.lease.job) for s in sent]))
+            send(child.conn, Jobs([(s.number, s.lease.job) for s in sent]))
             return
         except (EOFError, OSError):
             raise  # the child died: the caller gives every job out back
@@ -235,7 +245,7 @@ class HandlerProcess:
             pass
         for s in sent:
             try:
-                child.conn.send(("jobs", [(s.number, s.lease.job)]))
+                send(child.conn, Jobs([(s.number, s.lease.job)]))
             except (EOFError, OSError):
                 raise
             except Exception as exc:
@@ -271,29 +281,23 @@ class HandlerProcess:
 
     def _receive(
         self,
-        message: tuple[Any, ...],
+        message: Message,
         out: deque[Sent],
         holdings: Holdings,
         reporter: Reporter,
         observer: WorkerObserver,
     ) -> None:
-        what = message[0]
-        if what == "completing":  # a heartbeat finding it done is no loss
+        """A job's outcome, for the oldest job out: a handler process runs them in order."""
+        if isinstance(message, JobCompleting):  # a heartbeat finding it done is no loss
             out[0].lease.reporting = out[0].effect = True
             return
+        ticket, outcome, seconds = job_ended(message)
         sent = out.popleft()
-        seconds = message[-1]
+        assert sent.number == ticket, (sent.number, message)
         observer.handler_ended(sent.lease.job, seconds)
         holdings.ran(seconds)
         if out:
             self._begin(out[0], observer)
-        outcome: Outcome
-        if what == "returned":
-            outcome = Returned(result=message[1])
-        elif what == "raised":
-            outcome = Raised(*message[1:4])
-        else:
-            outcome = Completed(message[1])
         reporter.report(sent.lease, outcome, time.monotonic() - seconds)
 
     def _died(

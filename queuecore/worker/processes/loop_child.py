@@ -4,17 +4,13 @@ the worker sends it all its jobs; it runs up to `--concurrency` of them at once 
 of its loop (sync handlers of the same registry on its thread pool), the others waiting
 here unbegun. `queuecore.worker.processes.loop_slot` is the worker's side.
 
-Messages are pickled over the socket pair, each naming its job by the ticket the worker
-gave it (the same job may be held twice, by an old lease and a new one). To this
-process: ("slots", n) once, ("jobs", [(ticket, Job), ...]), ("lost", ticket),
-("cancel", ticket) and ("stop",). From it, lists of: ("started", [ticket, ...]) before
-those handlers run, so a crash charges only the jobs that had begun (W7); then
-("returned", ticket, result, seconds) | ("raised", ticket, error, retry_in, permanent,
-seconds) | ("completing", ticket) then ("completed", ticket, done, seconds) or
-("raised", ...) | ("cancelled", ticket, seconds), once a task the worker asked to cancel
-(its time limit or cancel grace, W8, W9) ended; and, on a stop, ("unstarted", [ticket,
-...]). Only an `async def` handler's task is cancelled: a sync handler's thread cannot
-be, and the worker kills this process when the job has not ended shortly after.
+The worker names each job by a ticket it gave it (the same job may be held twice, by an
+old lease and a new one); the messages are `queuecore.worker.processes.messages`'s, and
+this process sends them in lists, the outcomes of one pass of its loop together. It
+says `JobsStarted` before those handlers run, so a crash charges only the jobs that had
+begun (W7). Only an `async def` handler's task is cancelled (`Cancel`, for its time limit
+or cancel grace, W8, W9): a sync handler's thread cannot be, and the worker kills this
+process when the job has not ended shortly after.
 
 A job whose handler returns an effect is completed here, on this process's `AsyncQueue`,
 as in a sync handler process (an effect is a closure, and cannot be sent; R10).
@@ -41,6 +37,25 @@ from queuecore.executors.reconnect import CONNECT_BACK, CONNECT_LOST, report_lat
 from queuecore.handling import Handler, Raised, Returned
 from queuecore.job import Job
 from queuecore.worker.async_handling import AsyncLease, async_outcome_of, is_async_handler
+from queuecore.worker.processes.messages import (
+    Cancel,
+    JobCancelled,
+    JobCompleted,
+    JobCompleting,
+    JobRaised,
+    JobReturned,
+    Jobs,
+    JobsStarted,
+    JobsUnstarted,
+    Lost,
+    Message,
+    Ready,
+    Slots,
+    Stop,
+    receive,
+    send,
+    wire,
+)
 from queuecore.worker.processes.shared import log
 
 if TYPE_CHECKING:
@@ -69,10 +84,10 @@ class LoopServing:
         self.running: dict[int, AsyncLease] = {}
         self.tasks: dict[int, asyncio.Task[None]] = {}  # by ticket, held until done
         self.cancelled: set[int] = set()  # tickets the worker asked to cancel
-        self.outbox: list[tuple[Any, ...]] = []  # to the worker, several to a message
+        self.outbox: list[Message] = []  # to the worker, several to a message
 
     def run(self) -> None:
-        self.conn.send(("ready",))  # its queue is opened for the first effect, not before
+        send(self.conn, Ready())  # its queue is opened for the first effect, not before
         self.loop.add_reader(self.conn.fileno(), self.read)
         self.loop.run_forever()  # until the worker's socket closes: read() ends the process
 
@@ -81,31 +96,30 @@ class LoopServing:
         thread to hop through); its end ends this process."""
         try:
             while self.conn.poll():
-                self.take(self.conn.recv())
+                self.take(receive(self.conn))
         except (EOFError, OSError):
             tracing.flush()
             os._exit(0)
 
-    def take(self, message: tuple[Any, ...]) -> None:
-        what = message[0]
-        if what == "jobs":
-            self.waiting.extend((ticket, AsyncLease(job)) for ticket, job in message[1])
+    def take(self, message: Message) -> None:
+        if isinstance(message, Jobs):
+            self.waiting.extend((ticket, AsyncLease(job)) for ticket, job in message.jobs)
             self.begin()
-        elif what == "lost":
-            lease = self.running.get(message[1])
+        elif isinstance(message, Lost):
+            lease = self.running.get(message.ticket)
             for ticket, waiting in self.waiting:
-                if ticket == message[1]:
+                if ticket == message.ticket:
                     lease = waiting
             if lease is not None:
                 lease.mark_lost()
-        elif what == "cancel":
-            self.cancel(message[1])
-        elif what == "stop":  # give back what has not begun (W4)
-            self.outbox.append(("unstarted", [ticket for ticket, _ in self.waiting]))
+        elif isinstance(message, Cancel):
+            self.cancel(message.ticket)
+        elif isinstance(message, Stop):  # give back what has not begun (W4)
+            self.outbox.append(JobsUnstarted([ticket for ticket, _ in self.waiting]))
             self.waiting.clear()
             self.flush()
-        else:  # ("slots", n), right after "ready"
-            self.slots = message[1]
+        elif isinstance(message, Slots):  # right after Ready
+            self.slots = message.tasks
 
     def begin(self) -> None:
         """Start waiting jobs while a slot is free. The worker hears that they began
@@ -118,7 +132,7 @@ class LoopServing:
             begun.append(ticket)
         if not begun:
             return
-        self.outbox.append(("started", begun))
+        self.outbox.append(JobsStarted(begun))
         self.flush()
         for ticket in begun:
             # Held until done: the loop keeps only weak references to tasks.
@@ -136,7 +150,7 @@ class LoopServing:
             lease.mark_lost()
             task.cancel()
 
-    def tell(self, message: tuple[Any, ...]) -> None:
+    def tell(self, message: Message) -> None:
         """To the worker with the next flush: the outcomes of one pass of the loop share
         a message."""
         if not self.outbox:
@@ -146,7 +160,7 @@ class LoopServing:
     def flush(self) -> None:
         if self.outbox:
             messages, self.outbox = self.outbox, []
-            self.conn.send(messages)
+            self.conn.send([wire(message) for message in messages])
 
     async def serve(self, ticket: int, lease: AsyncLease) -> None:
         started = time.monotonic()
@@ -160,11 +174,11 @@ class LoopServing:
                     raise
                 outcome = None
             if ticket in self.cancelled or outcome is None:  # even if it swallowed the cancel
-                self.tell(("cancelled", ticket, time.monotonic() - started))
+                self.tell(JobCancelled(ticket, time.monotonic() - started))
             elif isinstance(outcome, Raised):
                 self.tell(raised(ticket, outcome, started))
             elif outcome.effect is None:  # the result (a JSON value) travels back
-                self.tell(("returned", ticket, outcome.result, time.monotonic() - started))
+                self.tell(JobReturned(ticket, outcome.result, time.monotonic() - started))
             else:
                 await self.complete(ticket, lease.job, outcome, started)
         finally:
@@ -175,7 +189,7 @@ class LoopServing:
 
     async def complete(self, ticket: int, job: Job, outcome: Returned, started: float) -> None:
         """Commit the effect with the completion here: a closure cannot be sent (R10)."""
-        self.outbox.append(("completing", ticket))
+        self.outbox.append(JobCompleting(ticket))
         self.flush()  # before the commit: a crash during it is the effect's, not the handler's
         effect, result = outcome.effect, outcome.result
         try:
@@ -184,7 +198,7 @@ class LoopServing:
         except Exception as exc:  # the effect raised (rolled back), or the database did
             self.tell(raised(ticket, Raised.from_exception(exc), started))
         else:
-            self.tell(("completed", ticket, done, time.monotonic() - started))
+            self.tell(JobCompleted(ticket, done, time.monotonic() - started))
 
     async def open_queue(self) -> AsyncQueue:
         from queuecore.connect import connect_async
@@ -210,9 +224,9 @@ class LoopServing:
         return self.queue
 
 
-def raised(ticket: int, outcome: Raised, started: float) -> tuple[Any, ...]:
+def raised(ticket: int, outcome: Raised, started: float) -> JobRaised:
     seconds = time.monotonic() - started
-    return ("raised", ticket, outcome.error, outcome.retry_in, outcome.permanent, seconds)
+    return JobRaised(ticket, outcome.error, outcome.retry_in, outcome.permanent, seconds)
 
 
 async def until_reachable(report: Callable[[], Awaitable[T]]) -> T:

@@ -13,9 +13,10 @@ not yet begun was not running there, and goes back to the holdings for the next
 process, its attempt uncharged. On a stop (W4) the child gives back the jobs it has not
 begun, and they are released.
 
-The reader also stops a handler it no longer waits for (W8, W9; `queuecore.worker.time_limits`):
-at its time limit, or a cancel grace after its lease was lost, it asks the child to
-cancel the job's task ("cancel", ticket, why), and the job fails with `why`. A task that
+The reader also stops a handler it no longer waits for (W8, W9;
+`queuecore.worker.time_limits`): at its time limit, or a cancel grace after its lease was
+lost, it asks the child to cancel the job's task (`Cancel`), and the job fails with the
+reason. A task that
 has not ended `CANCEL_WAIT` later (it swallows the cancel, or it is a sync handler on a
 thread, which nothing can cancel) gets its loop process killed: its job fails with `why`,
 and the process's other running jobs are failed as a crash's (W7), naming the reason.
@@ -38,12 +39,27 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from queuecore.handling import Completed, Crashed, Lease, Outcome, Raised, Returned
+from queuecore.handling import Crashed, Lease, Outcome, Raised
 from queuecore.observe.observer import WorkerObserver
 from queuecore.observe.worklog import log
 from queuecore.worker.holdings import Holdings
 from queuecore.worker.processes.handler_processes import ForkServer, exit_text
 from queuecore.worker.processes.handler_slot import WATCH_SLICE, jobs_ahead, undeliverable
+from queuecore.worker.processes.messages import (
+    Cancel,
+    JobCancelled,
+    JobCompleting,
+    Jobs,
+    JobsStarted,
+    JobsUnstarted,
+    Lost,
+    Message,
+    Slots,
+    Stop,
+    job_ended,
+    send,
+    unwire,
+)
 from queuecore.worker.reporter import Reporter
 from queuecore.worker.time_limits import CANCEL_WAIT, NO_LIMITS, StopClock, TimeLimits
 
@@ -127,7 +143,7 @@ class LoopProcess:
     def _start(self) -> None:
         pid, conn, running = self.server.fork_running()
         running.close()  # a handler process's word: the loop process reports by message
-        self._tell(conn, ("slots", self.slots))
+        self._tell(conn, Slots(self.slots))
         with self._lock:
             self._conn = conn
         self._reader = threading.Thread(
@@ -178,13 +194,13 @@ class LoopProcess:
         """Send the jobs in one message; when that cannot be pickled, one by one, each
         job that cannot go at all failing alone (W10). Pickling comes before any write."""
         try:
-            self._tell(conn, ("jobs", jobs))
+            self._tell(conn, Jobs(jobs))
             return
         except Exception:  # each job is tried alone below
             pass
         for ticket, job in jobs:
             try:
-                self._tell(conn, ("jobs", [(ticket, job)]))
+                self._tell(conn, Jobs([(ticket, job)]))
             except Exception as exc:
                 with self._lock:
                     sent = self._out.pop(ticket, None)
@@ -200,7 +216,7 @@ class LoopProcess:
             conn = self._conn
             if conn is None or not self._out:
                 return
-        self._tell(conn, ("stop",))
+        self._tell(conn, Stop())
         with self._lock:
             while self._conn is conn and self._out:
                 self._room.wait(WATCH_SLICE)
@@ -220,10 +236,10 @@ class LoopProcess:
         if reader is not None:
             reader.join()
 
-    def _tell(self, conn: Connection, message: tuple[object, ...]) -> None:
+    def _tell(self, conn: Connection, message: Message) -> None:
         """Send to the process; a dead one's reader thread ends the jobs out."""
         with self._send, contextlib.suppress(OSError):
-            conn.send(message)
+            send(conn, message)
 
     def _give_back(self, leases: list[Lease]) -> None:
         """Jobs the process never began: to the next process, or released once stopping."""
@@ -254,7 +270,7 @@ class LoopProcess:
             while True:
                 if conn.poll(WATCH_SLICE):
                     for message in conn.recv():
-                        self._take(message)
+                        self._take(unwire(message))
                 self._tell_lost(conn)
                 self._stop_due(pid, conn)
         except (EOFError, OSError):
@@ -293,30 +309,29 @@ class LoopProcess:
                 )
             self._report(roles.reporter.report, sent.lease, crashed, sent.begun)
 
-    def _take(self, message: tuple[Any, ...]) -> None:
+    def _take(self, message: Message) -> None:
         assert self._roles is not None
         roles = self._roles
-        kind = message[0]
-        if kind == "started":
+        if isinstance(message, JobsStarted):
             now = time.monotonic()
             with self._lock:
-                begun = [self._out[t] for t in message[1] if t in self._out]
+                begun = [self._out[t] for t in message.tickets if t in self._out]
             for sent in begun:
                 sent.begun = now
                 roles.observer.handler_started(sent.lease.job)
             return
-        if kind == "unstarted":  # on ("stop",): the jobs it had not begun
+        if isinstance(message, JobsUnstarted):  # on a Stop: the jobs it had not begun
             with self._lock:
-                given = [self._out.pop(t) for t in message[1] if t in self._out]
+                given = [self._out.pop(t) for t in message.tickets if t in self._out]
                 self._room.notify_all()
             for sent in given:
                 self._report(roles.reporter.release, sent.lease)
             return
-        if kind == "cancelled":  # a task stopped by its limit or grace: fails with why
+        if isinstance(message, JobCancelled):  # stopped by its limit or grace: fails with why
             with self._lock:
-                sent = self._out.pop(message[1])
+                sent = self._out.pop(message.ticket)
                 self._room.notify()
-            seconds = message[-1]
+            seconds = message.seconds
             roles.observer.handler_ended(sent.lease.job, seconds)
             why = sent.stopping[1] if sent.stopping is not None else "cancelled"
             since = sent.begun if sent.begun is not None else time.monotonic() - seconds
@@ -324,25 +339,18 @@ class LoopProcess:
                 roles.reporter.report, sent.lease, Raised(f"{why} (its task was cancelled)"), since
             )
             return
-        if kind == "completing":  # a heartbeat finding it done is no loss
+        if isinstance(message, JobCompleting):  # a heartbeat finding it done is no loss
             with self._lock:
-                sent = self._out[message[1]]
+                sent = self._out[message.ticket]
             sent.lease.reporting = True
             sent.doing = "the handler's effect (the completion did not commit)"
             return
+        ticket, outcome, seconds = job_ended(message)
         with self._lock:
-            sent = self._out.pop(message[1])
+            sent = self._out.pop(ticket)
             self._room.notify()
-        seconds = message[-1]
         roles.holdings.ran(seconds)
         roles.observer.handler_ended(sent.lease.job, seconds)
-        outcome: Outcome
-        if kind == "returned":
-            outcome = Returned(result=message[2])
-        elif kind == "raised":
-            outcome = Raised(*message[2:5])
-        else:  # "completed"
-            outcome = Completed(message[2])
         since = sent.begun if sent.begun is not None else time.monotonic() - seconds
         if roles.reporter.waits_for_nothing(outcome):
             roles.reporter.report(sent.lease, outcome, since)
@@ -368,7 +376,7 @@ class LoopProcess:
                 why = sent.clock.why_stop(sent.begun, sent.lease.lost.is_set(), now)
                 if why is not None:
                     sent.stopping = (now, why)
-                    self._tell(conn, ("cancel", ticket))
+                    self._tell(conn, Cancel(ticket))
             elif now - sent.stopping[0] >= CANCEL_WAIT and conn not in self._killed:
                 self._killed[conn] = sent
                 with contextlib.suppress(ProcessLookupError):
@@ -381,4 +389,4 @@ class LoopProcess:
             ]
         for ticket, sent in lost:
             sent.told_lost = True
-            self._tell(conn, ("lost", ticket))
+            self._tell(conn, Lost(ticket))
