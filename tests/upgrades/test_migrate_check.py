@@ -9,7 +9,14 @@ import sqlalchemy as sa
 
 from queuecore.cli.main import main
 from queuecore.conformance.harness import Harness
-from queuecore.migrate import VERSION_TABLE, current_revision, head_revision
+from queuecore.migrate import (
+    HEADS,
+    VERSION_TABLE,
+    current_revision,
+    head_revision,
+    migration_chain,
+    scripts,
+)
 from tests.upgrades.revisions import one_revision_behind
 
 
@@ -33,5 +40,16 @@ def test_r36_migrate_check_exits_1_one_revision_behind_and_0_at_head(
         capsys.readouterr()
         assert main(["migrate", "--check", "--dsn", empty_dsn]) == 0
         assert f"revision {head}" in capsys.readouterr().out
+    finally:
+        engine.dispose()
+
+
+def test_the_heads_a_connect_compares_with_are_alembics(harness: Harness, empty_dsn: str) -> None:
+    """`migrate.HEADS` (what a connect checks without loading alembic) names the newest
+    revision of each chain as alembic reads it from the files: a revision added without
+    updating it fails here, on the backend whose chain it extends."""
+    engine = harness.engine(empty_dsn)
+    try:
+        assert HEADS[migration_chain(engine)] == scripts(engine).get_current_head()
     finally:
         engine.dispose()
