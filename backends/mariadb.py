@@ -165,12 +165,6 @@ class MariaDBQueue(SQLQueue):
         return engine
 
     @classmethod
-    async def open_async(cls, url: URL, ops_options: dict[str, Any], **options: Any) -> Any:
-        from .mariadb_async import open_mariadb
-
-        return await open_mariadb(url, ops_options, **options)
-
-    @classmethod
     def id_sequence(cls, conn: Connection) -> int:
         """The table's AUTO_INCREMENT is the next id: the last handed out is one less."""
         next_id = conn.execute(_NEXT_ID, {"table": jobs.name}).scalar()

@@ -181,13 +181,6 @@ class PostgresQueue(SQLQueue):
             ) from exc
 
     @classmethod
-    async def open_async(cls, url: URL, ops_options: dict[str, Any], **options: Any) -> Any:
-        """The async queue's driver for this database (`queuecore.connect_async`)."""
-        from .postgresql_async import open_postgresql
-
-        return await open_postgresql(url, ops_options, **options)
-
-    @classmethod
     @contextmanager
     def migrating(cls, engine: Engine) -> Iterator[None]:
         """An advisory lock of a transaction of its own, kept open until the migration's

@@ -365,13 +365,6 @@ class SQLiteQueue(SQLQueue):
         )
 
     @classmethod
-    async def open_async(cls, url: URL, ops_options: dict[str, Any], **options: Any) -> Any:
-        """The async queue's driver for this database (`queuecore.connect_async`)."""
-        from .sqlite_async import open_sqlite
-
-        return await open_sqlite(url, ops_options, **options)
-
-    @classmethod
     def id_sequence(cls, conn: sa.Connection) -> int:
         """AUTOINCREMENT keeps the largest id ever handed out in sqlite_sequence."""
         seq = conn.execute(_SEQUENCE_READ, {"name": jobs.name}).scalar()

@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy import URL, Engine
 
-from queuecore.contract import backend_for, installed_backends
+from queuecore.contract import async_driver_for, backend_for, installed_backends
 from queuecore.core import options as option_set
 from queuecore.core.dsn import to_url
 from queuecore.protocol import AsyncQueue, Queue
@@ -107,7 +107,7 @@ async def _open_async(bind: str | URL, **options: Any) -> AsyncQueue:
     own = option_set.queue_options(SQLQueue)
     ops_options = {name: accepted.pop(name) for name in list(accepted) if name in own}
     try:
-        driver = await backend.open_async(url, ops_options, **accepted)
+        driver = await async_driver_for(url)(url, ops_options, **accepted)
     except ModuleNotFoundError as exc:
         raise ModuleNotFoundError(
             f"{exc}; the async queue needs its extra: pip install 'queuecore[async]'"

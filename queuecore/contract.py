@@ -8,17 +8,19 @@ A backend is three things, each declared here:
   subclass that makes the engine, reads the id sequence, listens (a `Listener`), and
   wakes `wait()` early where it can (a `FinishSignal`);
 - for `connect_async`, an `AsyncDriver` (with an `AsyncListener` and an
-  `AsyncFinishSignal`), which that class's `open_async` returns.
+  `AsyncFinishSignal`), which the backend's `AsyncOpener` opens.
 
-Backends are found through entry points (group `queuecore.backends`, `backend_for`), so
-a third-party backend plugs in the same way ours do; the conformance kit's `Harness`
+Backends are found through entry points, so a third-party backend plugs in the same way
+ours do: the queue class under `queuecore.backends` (`backend_for`), its async opener
+under `queuecore.async_drivers` (`async_driver_for`), so that a sync application never
+imports the async side; the conformance kit's `Harness`
 (`queuecore.conformance.harness`) is how it proves that it keeps the rules.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from importlib.metadata import EntryPoint, entry_points
 from types import NotImplementedType
@@ -195,10 +197,6 @@ class BackendClass(Protocol):
         take turns."""
         ...
 
-    async def open_async(self, url: URL, ops_options: dict[str, Any], **options: Any) -> Any:
-        """The async queue's driver for this database (`queuecore.connect_async`)."""
-        ...
-
 
 class FinishSignal(Protocol):
     """What `wait()` sleeps on between two looks at a job (`SQLQueue.finish_signal`)."""
@@ -232,9 +230,14 @@ class AsyncListener(Protocol):
 class AsyncDriver(Protocol):
     """What a backend gives the async queue: its engine and the I/O that differs."""
 
-    engine: AsyncEngine
-    backend: Backend
-    ops: Operations
+    @property
+    def engine(self) -> AsyncEngine: ...
+
+    @property
+    def backend(self) -> Backend: ...
+
+    @property
+    def ops(self) -> Operations: ...
 
     async def execute(self, steps: Sequence[Step]) -> list[Outcome]:
         """The hot path: the steps in one transaction, every row fetched (`HotPath`)."""
@@ -258,15 +261,23 @@ class AsyncDriver(Protocol):
 # --- finding the backend for a DSN -----------------------------------------------------
 
 
+#: What the `queuecore.async_drivers` entry point names: `opener(url, ops_options,
+#: **backend_options)` opens the async queue's driver for a URL, with the queue's own
+#: options and the backend's (each backend declares its own keywords, so the arguments
+#: are not typed here; the driver it returns is).
+AsyncOpener = Callable[..., Coroutine[Any, Any, "AsyncDriver"]]
+
+
 ENTRY_POINT_GROUP = "queuecore.backends"
+ASYNC_ENTRY_POINT_GROUP = "queuecore.async_drivers"
 
 
 @functools.cache
-def _registered() -> tuple[EntryPoint, ...]:
+def _registered(group: str = ENTRY_POINT_GROUP) -> tuple[EntryPoint, ...]:
     """The group's entry points, read once per process: reading them opens every
     installed distribution's metadata, which cost more than half of a `connect()`
     (about 14 ms a read, several reads a connect, on a venv of 100 packages)."""
-    return tuple(entry_points(group=ENTRY_POINT_GROUP))
+    return tuple(entry_points(group=group))
 
 
 def backend_for(url: URL) -> BackendClass:
@@ -280,6 +291,19 @@ def backend_for(url: URL) -> BackendClass:
         )
     backend: BackendClass = found[0].load()
     return backend
+
+
+def async_driver_for(url: URL) -> AsyncOpener:
+    """The async opener registered for the URL's dialect (`connect_async`)."""
+    name = url.get_backend_name()
+    found = [ep for ep in _registered(ASYNC_ENTRY_POINT_GROUP) if ep.name == name]
+    if not found:
+        raise UnknownBackendError(
+            f"the queuecore backend for the dialect {name!r} has no async queue "
+            f"(no entry point in the group {ASYNC_ENTRY_POINT_GROUP!r})"
+        )
+    opener: AsyncOpener = found[0].load()
+    return opener
 
 
 @functools.cache

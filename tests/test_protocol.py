@@ -20,14 +20,13 @@ REPO = Path(__file__).resolve().parents[1]
 #: Class-level hooks a backend gives `connect` and `copy`, not its users: the backend
 #: side of the contract (docs/contract.md, "What a backend guarantees").
 #: `backend_class` / `make_backend` give both executors the backend's statement-level
-#: hooks (`queuecore.contract.Backend`); `open_async` is `connect_async`'s way in.
+#: hooks (`queuecore.contract.Backend`).
 BACKEND_HOOKS = {
     "create_engine",
     "id_sequence",
     "advance_id_sequence",
     "backend_class",
     "make_backend",
-    "open_async",
     "migrating",  # the lock migrations take turns on
     "finish_signal",  # what wait() sleeps on between two looks (queuecore.contract)
 }

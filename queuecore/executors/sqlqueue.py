@@ -122,11 +122,6 @@ class SQLQueue(OptionsView):
         """Make the next id the table hands out greater than `at_least` (never lower it)."""
         raise NotImplementedError
 
-    @classmethod
-    async def open_async(cls, url: URL, ops_options: dict[str, Any], **options: Any) -> Any:
-        """The async queue's driver for this database (`queuecore.connect_async`)."""
-        raise NotImplementedError
-
     # --- running plans ----------------------------------------------------------------
 
     def _run(self, plan: Plan[A]) -> A:
