@@ -89,8 +89,8 @@ def models(engine: Engine) -> MetaData:
 
 @functools.cache
 def _scripts(chain: str) -> ScriptDirectory:
-    """One chain's revisions, read from their files once per process: every `connect()`
-    checks the database's revision against them, and reading them again each time cost
+    """One chain's revisions, read from their files once per process: a connect that
+    finds the database short of `HEADS` reads them, and reading them again each time cost
     a third of a connect."""
     from alembic.script import ScriptDirectory
 
@@ -179,7 +179,7 @@ def ensure_schema(engine: Engine, *, migrate: bool) -> None:
     current = current_revision(engine)
     if current is not None and current == HEADS.get(migration_chain(engine)):
         return  # the common case, without alembic
-    _refuse_newer(engine, current)
+    _refuse_unknown(engine, current)  # read once above: not again
     if current == head_revision(engine):
         return
     if migrate:
@@ -201,11 +201,17 @@ def behind(engine: Engine, current: str | None) -> str:
     )
 
 
-def _refuse_newer(engine: Engine, current: str | None = None) -> str | None:
-    """The database's revision (read unless given), refused when this code does not know it."""
-    current = current if current is not None else current_revision(engine)
+def _refuse_newer(engine: Engine) -> str | None:
+    """The database's revision, refused when this code does not know it."""
+    current = current_revision(engine)
+    _refuse_unknown(engine, current)
+    return current
+
+
+def _refuse_unknown(engine: Engine, current: str | None) -> None:
+    """`SchemaTooNewError` when the database is at a revision this code does not know."""
     if current is None:
-        return None
+        return
     script = scripts(engine)
     known = {rev.revision for rev in script.walk_revisions()}
     if current not in known:
@@ -214,4 +220,3 @@ def _refuse_newer(engine: Engine, current: str | None = None) -> str | None:
             f"queuecore does not know (newest known: {head_revision(engine)}); it was migrated "
             "by a newer queuecore. Upgrade queuecore instead of running an older one against it."
         )
-    return current
