@@ -373,7 +373,13 @@ def _worker(args: argparse.Namespace) -> int:
         lease_seconds=args.lease_seconds,
         backoff_base=args.backoff_base,
         backoff_cap=args.backoff_cap,
-        pool_size=args.concurrency + 4,  # slots, claimer, heartbeat, ack window, record: Worker
+        # The claimer, heartbeat and ack window keep connections of their own, out of the
+        # pool, and the handler processes theirs: the pool serves the worker's occasional
+        # transactions (its record, the reason a report was refused, the idle check), one
+        # at a time. A larger pool kept an idle connection for each that once overlapped,
+        # past the budget docs/how-to/many-hosts.md gives (a sixth seen in CI).
+        pool_size=1,
+        max_overflow=0,
     )
     observer = _worker_metrics(args)
     try:

@@ -26,6 +26,19 @@ if TYPE_CHECKING:
     from sqlalchemy.engine.interfaces import DBAPIConnection
 
 
+#: Threads that keep no connection of their own (`connect_per_call`).
+_per_call = threading.local()
+
+
+def connect_per_call() -> None:
+    """From now on, the calling thread's hot-path statements run on a pooled connection
+    taken for the call and given back, not on one the thread keeps: for threads that
+    write only now and then, and many of them (a worker's slots, whose handlers run in
+    processes of their own). Kept, theirs would be one connection per slot, past the
+    budget docs/how-to/many-hosts.md gives."""
+    _per_call.on = True
+
+
 class HotPath:
     def __init__(self, engine: Engine, backend: Backend) -> None:
         self.engine = engine
@@ -56,8 +69,9 @@ class HotPath:
 
         SQLAlchemy's cursor events cannot fire on this path, so an engine that has
         listeners for them (tracing, logging, tests that watch the SQL) gets the same
-        statements through its Connection instead, events and all."""
-        if self.instrumented():
+        statements through its Connection instead, events and all; so does a thread
+        that keeps no connection (`connect_per_call`)."""
+        if self.instrumented() or getattr(_per_call, "on", False):
             with transaction(self.engine) as conn:
                 return execute_on_connection(conn, steps)
         dialect = self.engine.dialect

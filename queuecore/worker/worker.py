@@ -80,8 +80,10 @@ class Worker:
     The worker keeps a record of itself in the database (R33, `workers()`), written at its
     start and every heartbeat interval, and removed when it stops.
 
-    The queue's connection pool must allow `concurrency + 4` connections at once
-    (slots, claimer, heartbeat, ack window, the worker's record); the command line sizes it.
+    With handlers on the worker's own threads, the queue's connection pool must allow
+    `concurrency + 4` connections at once (slots, claimer, heartbeat, ack window, the
+    worker's record). With `handler_processes` the slots use none of the worker's, and a
+    pool of one serves (the command line's): each handler process connects on its own.
     """
 
     def __init__(

@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
+from queuecore.executors.hotpath import connect_per_call
 from queuecore.handling import Crashed, Lease, Raised
 from queuecore.observe.observer import WorkerObserver
 from queuecore.observe.worklog import describe
@@ -143,6 +144,7 @@ class HandlerProcess:
         or after it died) is started before the slot takes its next job, and counts as
         starting meanwhile, so that no job is claimed for it (the worker counted it
         before the slot's first start)."""
+        connect_per_call()  # a slot's reports are few: no connection of its own per slot
         pending = not self.started  # counted as starting by the worker, not yet started
         try:
             while True:

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from queuecore.executors.hotpath import connect_per_call
 from queuecore.handling import Crashed, Lease, Outcome, Raised
 from queuecore.observe.observer import WorkerObserver
 from queuecore.observe.worklog import log
@@ -117,7 +118,11 @@ class LoopProcess:
         it died) it is started before more jobs are sent, and its slots count as starting
         meanwhile, so that no job is claimed for them (the worker counted them before the
         first start)."""
-        reports = ThreadPoolExecutor(self.slots, thread_name_prefix="queuecore-report")
+        # Reports are few per slot: their threads keep no connection of their own each.
+        connect_per_call()
+        reports = ThreadPoolExecutor(
+            self.slots, thread_name_prefix="queuecore-report", initializer=connect_per_call
+        )
         self._roles = Roles(holdings, reporter, observer, reports)
         pending = not self.started  # counted as starting by the worker, not yet started
         try:
@@ -266,6 +271,7 @@ class LoopProcess:
     def _read(self, pid: int, conn: Connection) -> None:
         """The child's messages, until it dies; then the jobs that had begun in it are
         crashed, and the rest given back."""
+        connect_per_call()
         try:
             while True:
                 if conn.poll(WATCH_SLICE):
