@@ -22,6 +22,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from queuecore.contract import Backend, BackendClass
 from queuecore.core.dsn import shown
+from queuecore.core.options import NoOptions
 from queuecore.core.plans import DriverStep, Outcome
 from queuecore.errors import (
     DatabaseLimitError,
@@ -143,19 +144,22 @@ class MariaDBQueue(SQLQueue):
             raise
 
     @classmethod
-    def create_engine(cls, bind: str | URL | Engine, **options: Any) -> Engine:
+    def create_engine(
+        cls, bind: str | URL | Engine, options: NoOptions = NoOptions(), **pool: Any
+    ) -> Engine:
         """READ COMMITTED, as on PostgreSQL: every statement of a transaction reads what
-        was committed before it, and no gap locks hold up other sessions' inserts."""
+        was committed before it, and no gap locks hold up other sessions' inserts.
+        MariaDB has no options of its own; `pool` are SQLAlchemy's."""
         if isinstance(bind, Engine):
             utc_sessions(bind)
             return bind
         url = make_url(bind)
         if "charset" not in url.query:  # text is utf8mb4, as the table's columns are
             url = url.update_query_dict({"charset": "utf8mb4"})
-        options.setdefault("isolation_level", "READ COMMITTED")
-        options.setdefault("pool_recycle", 3600)  # below the server's wait_timeout
+        pool.setdefault("isolation_level", "READ COMMITTED")
+        pool.setdefault("pool_recycle", 3600)  # below the server's wait_timeout
         try:
-            engine = sa.create_engine(url, **options)
+            engine = sa.create_engine(url, **pool)
         except ModuleNotFoundError as exc:
             raise ModuleNotFoundError(
                 f"{exc}; the MariaDB backend needs a driver: pip install 'queuecore[mariadb]' "

@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from queuecore.contract import AsyncListener, AsyncOpener
 from queuecore.core.operations import Operations
+from queuecore.core.options import NoOptions, QueueOptions
 from queuecore.core.plans import A, Outcome, Step, Tx
 from queuecore.executors.hotpath import HotPath
 from queuecore.executors.sqlqueue import run_transaction
@@ -68,12 +69,14 @@ class MariaDBAsyncDriver:
         await asyncio.to_thread(self._hot.engine.dispose)
 
 
-async def open_mariadb(url: URL, ops_options: dict[str, Any], **pool: Any) -> MariaDBAsyncDriver:
+async def open_mariadb(
+    url: URL, queue: QueueOptions, options: NoOptions, /, **pool: Any
+) -> MariaDBAsyncDriver:
     backend_name, _, driver = url.drivername.partition("+")
     sync_url = url.set(drivername=backend_name) if driver in ASYNC_DRIVERS else url
-    sync_engine = MariaDBQueue.create_engine(sync_url, **pool)
+    sync_engine = MariaDBQueue.create_engine(sync_url, options, **pool)
     backend = MariaDBBackend(sync_engine.dialect)
-    ops = Operations(backend, **ops_options)  # checks every option before anything is written
+    ops = Operations(backend, queue)  # checks every option before anything is written
     async_url = sync_engine.url.set(drivername=f"{backend_name}+asyncmy")
     engine = create_async_engine(async_url, isolation_level="READ COMMITTED", **pool)
     utc_sessions(engine.sync_engine)

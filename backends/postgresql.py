@@ -8,6 +8,7 @@ import secrets
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -150,30 +151,47 @@ class PostgresBackend(Backend):
             return [_run(conn, sql, params) for sql, params in steps]
 
 
+@dataclass(frozen=True)
+class PostgresOptions:
+    """The options only PostgreSQL acts on; every other backend accepts and ignores them.
+
+    - `notify`: `False` spares enqueue its NOTIFY (a global lock at commit) when the write
+      load is heavy and workers are busy anyway; idle workers then poll.
+    """
+
+    notify: bool = True
+
+
 class PostgresQueue(SQLQueue):
     """PostgreSQL: the engine, the id sequence, and LISTEN for idle workers and `wait()`."""
 
     backend_class = PostgresBackend
-    backend_options = frozenset({"notify"})
+    backend_options = PostgresOptions
     backend: PostgresBackend  # what make_backend builds from backend_class
+    settings: PostgresOptions
 
-    def __init__(self, bind: str | URL | Engine, *, notify: bool = True, **options: Any) -> None:
-        """`notify=False` spares enqueue its NOTIFY (a global lock at commit) when the
-        write load is heavy and workers are busy anyway; idle workers then poll."""
-        self.notify = notify
+    def __init__(self, bind: str | URL | Engine, **options: Any) -> None:
         super().__init__(bind, **options)
         self._finished = FinishedListener(self.engine)
 
+    @property
+    def notify(self) -> bool:
+        """Whether enqueue sends a NOTIFY (the `notify` option)."""
+        return self.settings.notify
+
     def make_backend(self) -> PostgresBackend:
-        return PostgresBackend(self.engine.dialect, notify=self.notify)
+        return PostgresBackend(self.engine.dialect, notify=self.settings.notify)
 
     @classmethod
-    def create_engine(cls, bind: str | URL | Engine, **options: Any) -> Engine:
+    def create_engine(
+        cls, bind: str | URL | Engine, options: PostgresOptions = PostgresOptions(), **pool: Any
+    ) -> Engine:
+        """The engine, with SQLAlchemy's `pool` options (`options` are the queue's)."""
         if isinstance(bind, Engine):
             return bind.execution_options(queuecore_postgresql=True)  # its pool, our options
-        url, options = engine_arguments(bind, options)
+        url, pool = engine_arguments(bind, pool)
         try:
-            return sa.create_engine(url, **options)
+            return sa.create_engine(url, **pool)
         except ModuleNotFoundError as exc:
             raise ModuleNotFoundError(
                 f"{exc}; the PostgreSQL backend needs psycopg 3: "

@@ -23,6 +23,7 @@ from sqlalchemy.pool import NullPool
 
 from queuecore.contract import AsyncOpener
 from queuecore.core.operations import Operations
+from queuecore.core.options import QueueOptions
 from queuecore.core.plans import A, DriverStep, Outcome, Step, Tx
 from queuecore.executors.hotpath import execute_on_connection, lost_or_not
 from queuecore.executors.reconnect import LOST, async_transaction
@@ -33,6 +34,7 @@ from .postgresql import (
     FINISHED_CHANNEL,
     NOTIFY,
     PostgresBackend,
+    PostgresOptions,
     detached,
     engine_arguments,
 )
@@ -219,12 +221,12 @@ class AsyncFinishedListener:
 
 
 async def open_postgresql(
-    url: URL, ops_options: dict[str, Any], *, notify: bool = True, **pool: Any
+    url: URL, queue: QueueOptions, options: PostgresOptions, /, **pool: Any
 ) -> PostgresAsyncDriver:
     target, pool = engine_arguments(url, pool)
     engine = create_async_engine(target, **pool).execution_options(queuecore_postgresql=True)
-    backend = PostgresBackend(engine.dialect, notify=notify)
-    ops = Operations(backend, **ops_options)  # checks every option before anything is written
+    backend = PostgresBackend(engine.dialect, notify=options.notify)
+    ops = Operations(backend, queue)  # checks every option before anything is written
 
     def check_schema() -> None:
         sync_engine = sa.create_engine(

@@ -7,6 +7,7 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import sqlalchemy as sa
@@ -14,6 +15,7 @@ from sqlalchemy import URL, Engine, event, make_url
 from sqlalchemy.dialects import sqlite
 
 from queuecore.contract import Backend, BackendClass
+from queuecore.core.options import engine_option
 from queuecore.core.plans import DriverStep, Outcome
 from queuecore.errors import (
     DatabaseBusyError,
@@ -282,6 +284,26 @@ def begin_immediately(engine: Engine, busy_timeout: float, mode: str, patience: 
         )
 
 
+@dataclass(frozen=True)
+class SQLiteOptions:
+    """The options only SQLite acts on (`connect(..., busy_timeout=5)`); every other
+    backend accepts and ignores them.
+
+    - `synchronous`: `"NORMAL"` (the default) survives any application crash; only a
+      power loss can take the last commits. `"FULL"` survives that too, several times
+      slower.
+    - `busy_timeout`: how many seconds a write waits for the database's write lock
+      before it fails with "database is locked".
+    - `sqlite_driver`: the sqlite3-compatible module to open the file with; by default
+      the first of pysqlite3 (which bundles a newer SQLite) and the stdlib's whose SQLite
+      is fixed. It makes the engine: refused beside an Engine of your own.
+    """
+
+    synchronous: str = "NORMAL"
+    busy_timeout: float = 30.0
+    sqlite_driver: str | None = engine_option(None)
+
+
 def check_options(url: URL, synchronous: str, busy_timeout: float) -> str:
     """The SQLite options checked before anything opens; the `synchronous` mode to set."""
     if url.database in (None, "", ":memory:"):
@@ -307,23 +329,15 @@ class SQLiteQueue(SQLQueue):
     caller's engine keeps its own transactions and pool settings untouched."""
 
     backend_class = SQLiteBackend
-    backend_options = frozenset({"synchronous", "busy_timeout", "sqlite_driver"})
-    engine_options = frozenset({"sqlite_driver"})
+    backend_options = SQLiteOptions
+    settings: SQLiteOptions
 
     @classmethod
     def create_engine(
-        cls,
-        bind: str | URL | Engine,
-        *,
-        synchronous: str = "NORMAL",
-        busy_timeout: float = 30.0,
-        sqlite_driver: str | None = None,
-        **options: Any,
+        cls, bind: str | URL | Engine, options: SQLiteOptions = SQLiteOptions(), **pool: Any
     ) -> Engine:
-        """`synchronous="NORMAL"` (the default) survives any application crash; only a
-        power loss can take the last commits. `"FULL"` survives that too, several times slower.
-        `sqlite_driver` names an sqlite3-compatible module; by default the first of
-        pysqlite3 (which bundles a newer SQLite) and the stdlib's whose SQLite is fixed."""
+        """The engine, with `options` (`SQLiteOptions`) and SQLAlchemy's `pool` options."""
+        synchronous, busy_timeout = options.synchronous, options.busy_timeout
         url = bind.url if isinstance(bind, Engine) else make_url(bind)
         mode = check_options(url, synchronous, busy_timeout)
         if isinstance(bind, Engine):
@@ -333,9 +347,9 @@ class SQLiteQueue(SQLQueue):
             driver = dbapi.__name__.split(".")[0]
             chosen = bool(os.environ.get(DRIVER_ENV))
         else:
-            driver, dbapi, chosen = pick_driver(sqlite_driver)
+            driver, dbapi, chosen = pick_driver(options.sqlite_driver)
             base = sa.create_engine(
-                url, module=dbapi, connect_args={"timeout": busy_timeout}, **options
+                url, module=dbapi, connect_args={"timeout": busy_timeout}, **pool
             )
         if not chosen:
             _warn_if_unfixed(driver, dbapi, callers_engine=isinstance(bind, Engine))
@@ -343,24 +357,14 @@ class SQLiteQueue(SQLQueue):
         begin_immediately(engine, busy_timeout, mode, _Patience(url.database, busy_timeout, dbapi))
         return engine
 
-    def __init__(
-        self,
-        bind: str | URL | Engine,
-        *,
-        busy_timeout: float = 30.0,
-        synchronous: str = "NORMAL",
-        **options: Any,
-    ):
-        self._busy_timeout, self._synchronous = busy_timeout, str(synchronous).upper()
-        super().__init__(bind, busy_timeout=busy_timeout, synchronous=synchronous, **options)
-
     def make_backend(self) -> SQLiteBackend:
         dbapi = cast(SQLiteModule, self.engine.dialect.loaded_dbapi)  # made by create_engine
-        patience = _Patience(str(self.engine.url.database), self._busy_timeout, dbapi)
+        busy_timeout = self.settings.busy_timeout
+        patience = _Patience(str(self.engine.url.database), busy_timeout, dbapi)
         return SQLiteBackend(
             self.engine.dialect,
-            busy_timeout=self._busy_timeout,
-            synchronous=self._synchronous,
+            busy_timeout=busy_timeout,
+            synchronous=str(self.settings.synchronous).upper(),
             patience=patience,
         )
 

@@ -25,6 +25,7 @@ from sqlalchemy.pool import AsyncAdaptedQueuePool
 
 from queuecore.contract import AsyncListener, AsyncOpener
 from queuecore.core.operations import Operations
+from queuecore.core.options import QueueOptions
 from queuecore.core.plans import A, Outcome, Step, Tx
 from queuecore.executors.hotpath import HotPath
 from queuecore.executors.sqlqueue import run_transaction
@@ -34,6 +35,7 @@ from queuecore.migrate import ensure_schema
 from .sqlite import (
     SQLiteBackend,
     SQLiteModule,
+    SQLiteOptions,
     SQLiteQueue,
     _Patience,
     begin_immediately,
@@ -82,30 +84,19 @@ class SQLiteAsyncDriver:
 
 
 async def open_sqlite(
-    url: URL,
-    ops_options: dict[str, Any],
-    *,
-    synchronous: str = "NORMAL",
-    busy_timeout: float = 30.0,
-    sqlite_driver: str | None = None,
-    **pool: Any,
+    url: URL, queue: QueueOptions, options: SQLiteOptions, /, **pool: Any
 ) -> SQLiteAsyncDriver:
-    mode = check_options(url, synchronous, busy_timeout)
+    busy_timeout = options.busy_timeout
+    mode = check_options(url, options.synchronous, busy_timeout)
     sync_url = url.set(drivername="sqlite")
-    sync_engine = SQLiteQueue.create_engine(
-        sync_url,
-        synchronous=synchronous,
-        busy_timeout=busy_timeout,
-        sqlite_driver=sqlite_driver,
-        **pool,
-    )
+    sync_engine = SQLiteQueue.create_engine(sync_url, options, **pool)
     # The module the engine loaded, as `SQLiteQueue.create_engine` picked it.
     dbapi = cast(SQLiteModule, sync_engine.dialect.loaded_dbapi)
     patience = _Patience(str(url.database), busy_timeout, dbapi)
     backend = SQLiteBackend(
         sync_engine.dialect, busy_timeout=busy_timeout, synchronous=mode, patience=patience
     )
-    ops = Operations(backend, **ops_options)  # checks every option before anything is written
+    ops = Operations(backend, queue)  # checks every option before anything is written
     path = str(url.database)
 
     async def connect() -> aiosqlite.Connection:

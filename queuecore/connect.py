@@ -99,15 +99,12 @@ class Opening:
 
 async def _open_async(bind: str | URL, **options: Any) -> AsyncQueue:
     from queuecore.executors.asyncqueue import AsyncSQLQueue
-    from queuecore.executors.sqlqueue import SQLQueue
 
     url = to_url(bind)
     backend = backend_for(url)
-    accepted = option_set.sort(backend, installed_backends(), bind, options)
-    own = option_set.queue_options(SQLQueue)
-    ops_options = {name: accepted.pop(name) for name in list(accepted) if name in own}
+    given = option_set.split(backend, option_set.sort(backend, installed_backends(), bind, options))
     try:
-        driver = await async_driver_for(url)(url, ops_options, **accepted)
+        driver = await async_driver_for(url)(url, given.queue, given.backend, **given.pool)
     except ModuleNotFoundError as exc:
         raise ModuleNotFoundError(
             f"{exc}; the async queue needs its extra: pip install 'queuecore[async]'"

@@ -20,7 +20,7 @@ imports the async side; the conformance kit's `Harness`
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Coroutine, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from importlib.metadata import EntryPoint, entry_points
 from types import NotImplementedType
@@ -31,6 +31,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.elements import ColumnElement
 
+from queuecore.core.options import QueueOptions
 from queuecore.core.plans import A, DriverStep, Hot, Outcome, Step, Tx
 from queuecore.errors import QueuecoreError, UnknownBackendError
 from queuecore.job import Completions
@@ -168,11 +169,12 @@ class BackendClass(Protocol):
     object): it makes queues, and it answers for the database before there is a queue.
     `SQLQueue` gives every attribute a default; a backend overrides what differs."""
 
-    #: Options only this backend acts on (`connect(..., busy_timeout=...)`); every other
-    #: backend accepts and ignores them, so configuration never branches on the DSN.
-    backend_options: frozenset[str]
-    #: Those of its options that shape the engine: refused beside a caller's own Engine.
-    engine_options: frozenset[str]
+    #: The options only this backend acts on (`connect(..., busy_timeout=...)`), declared
+    #: once: a frozen dataclass whose fields are their names and defaults; a field made
+    #: with `queuecore.core.options.engine_option` shapes the engine, and is refused
+    #: beside a caller's own Engine. Every other backend accepts and ignores them, so
+    #: configuration never branches on the DSN.
+    backend_options: type[Any]
     #: The folder of `queuecore.migrations` whose revisions build this backend's schema.
     migration_chain: str
     #: The models those revisions build (what `queuecore migrate --check` compares).
@@ -180,8 +182,9 @@ class BackendClass(Protocol):
 
     def __call__(self, bind: str | URL | Engine, **options: Any) -> Queue: ...
 
-    def create_engine(self, bind: str | URL | Engine, **options: Any) -> Engine:
-        """An engine set up for this database (pragmas, transaction start, pool)."""
+    def create_engine(self, bind: str | URL | Engine, options: Any, **pool: Any) -> Engine:
+        """An engine set up for this database (pragmas, transaction start, pool), with
+        its `options` (an instance of `backend_options`)."""
         ...
 
     def id_sequence(self, conn: Connection) -> int:
@@ -261,11 +264,14 @@ class AsyncDriver(Protocol):
 # --- finding the backend for a DSN -----------------------------------------------------
 
 
-#: What the `queuecore.async_drivers` entry point names: `opener(url, ops_options,
-#: **backend_options)` opens the async queue's driver for a URL, with the queue's own
-#: options and the backend's (each backend declares its own keywords, so the arguments
-#: are not typed here; the driver it returns is).
-AsyncOpener = Callable[..., Coroutine[Any, Any, "AsyncDriver"]]
+class AsyncOpener(Protocol):
+    """What the `queuecore.async_drivers` entry point names: it opens the async queue's
+    driver for a URL, with the queue's own options, the backend's own (an instance of
+    its queue class's `backend_options`) and the pool's."""
+
+    def __call__(
+        self, url: URL, queue: QueueOptions, options: Any, /, **pool: Any
+    ) -> Coroutine[Any, Any, AsyncDriver]: ...
 
 
 ENTRY_POINT_GROUP = "queuecore.backends"

@@ -161,7 +161,8 @@ def _engine(bind: str | URL | Engine, options: dict[str, Any]) -> Iterator[Engin
         return
     url = to_url(bind)
     backend = backend_for(url)
-    engine = backend.create_engine(url, **for_engine(backend, installed_backends(), options))
+    given = for_engine(backend, installed_backends(), options)
+    engine = backend.create_engine(url, given.backend, **given.pool)
     try:
         yield engine
     finally:

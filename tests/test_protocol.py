@@ -26,6 +26,7 @@ BACKEND_HOOKS = {
     "id_sequence",
     "advance_id_sequence",
     "backend_class",
+    "backend_options",  # the dataclass of its own options (queuecore.contract)
     "make_backend",
     "migrating",  # the lock migrations take turns on
     "finish_signal",  # what wait() sleeps on between two looks (queuecore.contract)

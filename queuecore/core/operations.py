@@ -19,6 +19,7 @@ from sqlalchemy import Double, bindparam
 
 from queuecore.core import claim_steps, programs, shaping, tracing, validate, worker_records
 from queuecore.core.backoff import Backoff
+from queuecore.core.options import Clock, QueueOptions
 from queuecore.core.plans import Hot, Outcome, Plan, Plans, Ready, Run, Tx
 from queuecore.core.shaping import ID, PRIORITY, READY_AT, STATE
 from queuecore.core.statement_set import PURGEABLE, StatementSet
@@ -31,36 +32,27 @@ if TYPE_CHECKING:
 #: The most jobs one read of `held` asks about (a statement of this many parameters).
 HELD_BATCH = 256
 
-Clock = Callable[[], float]
-
 
 class Operations(StatementSet):
     """The queue's options, its statements (`StatementSet`) and one method per operation
     that answers with a plan."""
 
-    def __init__(
-        self,
-        backend: Backend,
-        *,
-        lease_seconds: float = 30.0,
-        max_attempts: int = 5,
-        backoff_base: float = 1.0,
-        backoff_cap: float = 60.0,
-        clock: Clock | None = None,
-        rng: Callable[[], float] | None = None,
-        max_payload_bytes: int = 1 << 20,
-        max_result_bytes: int = 1 << 20,
-    ) -> None:
+    def __init__(self, backend: Backend, options: QueueOptions = QueueOptions()) -> None:
         self.backend = backend
-        self.lease_seconds = validate.positive_seconds("lease_seconds", lease_seconds)
-        self.max_attempts = validate.at_least("max_attempts", max_attempts, 1, validate.INT32[1])
-        self.max_payload_bytes = validate.at_least("max_payload_bytes", max_payload_bytes, 1)
-        self.max_result_bytes = validate.at_least("max_result_bytes", max_result_bytes, 1)
-        self.backoff = Backoff(
-            base=validate.non_negative_seconds("backoff_base", backoff_base),
-            cap=validate.non_negative_seconds("backoff_cap", backoff_cap),
-            **({"rng": rng} if rng is not None else {}),
+        self.lease_seconds = validate.positive_seconds("lease_seconds", options.lease_seconds)
+        self.max_attempts = validate.at_least(
+            "max_attempts", options.max_attempts, 1, validate.INT32[1]
         )
+        self.max_payload_bytes = validate.at_least(
+            "max_payload_bytes", options.max_payload_bytes, 1
+        )
+        self.max_result_bytes = validate.at_least("max_result_bytes", options.max_result_bytes, 1)
+        self.backoff = Backoff(
+            base=validate.non_negative_seconds("backoff_base", options.backoff_base),
+            cap=validate.non_negative_seconds("backoff_cap", options.backoff_cap),
+            **({"rng": options.rng} if options.rng is not None else {}),
+        )
+        clock = options.clock
         server_now = backend.server_now() if clock is None else None
         self.clock: Clock | None = None if server_now is not None else (clock or time.time)
         self.now_sql = server_now if server_now is not None else bindparam("now", type_=Double)

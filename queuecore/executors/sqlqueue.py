@@ -9,7 +9,7 @@ A backend subclasses `SQLQueue` for the engine, the id sequence and LISTEN, and 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
 from typing import Any, ClassVar, Literal
@@ -17,7 +17,8 @@ from typing import Any, ClassVar, Literal
 from sqlalchemy import URL, Connection, Engine, MetaData
 
 from queuecore.contract import Backend, FinishSignal
-from queuecore.core.operations import Clock, Operations, OptionsView
+from queuecore.core import options as option_set
+from queuecore.core.operations import Operations, OptionsView
 from queuecore.core.plans import (
     INVALIDATED,
     A,
@@ -47,49 +48,33 @@ class SQLQueue(OptionsView):
     #: The backend's statement-level hooks, shared with `AsyncQueue`.
     backend_class: ClassVar[type[Backend]] = Backend
     # What `BackendClass` declares (queuecore.contract), for a backend with none of its own.
-    backend_options: ClassVar[frozenset[str]] = frozenset()
-    engine_options: ClassVar[frozenset[str]] = frozenset()
+    backend_options: ClassVar[type[Any]] = option_set.NoOptions
     migration_chain: ClassVar[str] = DEFAULT_CHAIN
     metadata: ClassVar[MetaData] = schema_metadata
+    #: The backend-only options this queue was opened with (an instance of `backend_options`).
+    settings: Any
 
-    def __init__(
-        self,
-        bind: str | URL | Engine,
-        *,
-        lease_seconds: float = 30.0,
-        max_attempts: int = 5,
-        backoff_base: float = 1.0,
-        backoff_cap: float = 60.0,
-        clock: Clock | None = None,
-        rng: Callable[[], float] | None = None,
-        max_payload_bytes: int = 1 << 20,
-        max_result_bytes: int = 1 << 20,
-        **engine_options: Any,
-    ) -> None:
-        self.engine = self.create_engine(bind, **engine_options)
+    def __init__(self, bind: str | URL | Engine, **options: Any) -> None:
+        """The options are `connect()`'s, already sorted (`queuecore.core.options`): the
+        queue's own, this backend's, and the pool's."""
+        given = option_set.split(type(self), options)
+        self.settings = given.backend
+        self.engine = self.create_engine(bind, given.backend, **given.pool)
         self._owns_engine = not isinstance(bind, Engine)  # a caller's engine is theirs to dispose
         self._outage = Outage()  # for `reconnecting`: each outage logged once, not per retry
         self._read_engine = self.engine.execution_options(queuecore_read_only=True)
         self.backend = self.make_backend()
-        self.ops = Operations(  # checks every option before anything is written
-            self.backend,
-            lease_seconds=lease_seconds,
-            max_attempts=max_attempts,
-            backoff_base=backoff_base,
-            backoff_cap=backoff_cap,
-            clock=clock,
-            rng=rng,
-            max_payload_bytes=max_payload_bytes,
-            max_result_bytes=max_result_bytes,
-        )
+        # Checks every option before anything is written.
+        self.ops = Operations(self.backend, given.queue)
         ensure_schema(self.engine, migrate=self.backend.migrates_on_connect)
         self.hot = HotPath(self.engine, self.backend)
 
     # --- what a backend supplies -------------------------------------------------
 
     @classmethod
-    def create_engine(cls, bind: str | URL | Engine, **options: Any) -> Engine:
-        """An engine set up for this database (pragmas, transaction start, pool)."""
+    def create_engine(cls, bind: str | URL | Engine, options: Any, **pool: Any) -> Engine:
+        """An engine set up for this database (pragmas, transaction start, pool), with
+        this backend's `options` (an instance of `backend_options`)."""
         raise NotImplementedError
 
     def make_backend(self) -> Backend:
