@@ -83,9 +83,19 @@ class Lease:
         # the job finished is a race with that report, not a lost lease.
         self.reporting = False
 
-    def mark_lost(self) -> None:
-        """A heartbeat found the job no longer ours: tell the handler (W3)."""
-        self.lost.set()
+    def mark_lost(self) -> bool:
+        """A heartbeat found the job no longer ours: tell the handler (W3). True for the
+        call that marked it: a loss heard two ways at once (a heartbeat or a poll, and a
+        cancel's NOTIFY, W9) is counted and logged once."""
+        with _marking:
+            if self.lost.is_set():
+                return False
+            self.lost.set()
+            return True
+
+
+#: Makes `Lease.mark_lost` a test-and-set: losses are rare, one lock serves them all.
+_marking = threading.Lock()
 
 
 _current: ContextVar[Lease] = ContextVar("queuecore_current_lease")

@@ -40,10 +40,11 @@ class AsyncLease(Lease):
         super().__init__(job)
         self.lost_async = asyncio.Event()
 
-    def mark_lost(self) -> None:
+    def mark_lost(self) -> bool:
         """Both signals at once; call it on the loop that owns `lost_async`."""
-        super().mark_lost()
+        first = super().mark_lost()
         self.lost_async.set()
+        return first
 
 
 def is_async_handler(handler: Handler) -> TypeGuard[Callable[[Job], Awaitable[object]]]:

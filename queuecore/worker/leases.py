@@ -122,9 +122,8 @@ def heard(lease: Lease, held: bool, observer: WorkerObserver, refused: Refused) 
     (`refused` says why: the lease ran out, or the job was cancelled)."""
     if held:
         observer.heartbeat(held=True)
-    elif not lease.reporting:
+    elif not lease.reporting and lease.mark_lost():
         observer.heartbeat(held=False, refused=refused)
-        lease.mark_lost()
         log.warning(
             "%s lost its lease (it ran out and another claim took the job, or the job "
             "was cancelled)",

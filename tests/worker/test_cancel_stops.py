@@ -17,6 +17,10 @@ import signal
 import time
 from pathlib import Path
 
+from queuecore.handling import Lease
+from queuecore.observe.observer import Refused, WorkerObserver
+from queuecore.testing import make_job
+from queuecore.worker.leases import heard
 from tests.worker.processes import queuecore_process, wait_until
 
 LONG_LEASE = ("--lease-seconds", "300")
@@ -117,3 +121,21 @@ def test_w9_long_jobs_spread_over_the_idle_slots_of_two_workers(make_queue, dsn,
         stop(worker_a, logs[0])
     long_workers = {pid for tag, pid, _ in starts(tally) if tag == "long"}
     assert len(long_workers) == 2, (starts(tally), logs[0].read_text())
+
+
+def test_w9_a_cancel_heard_twice_is_counted_and_logged_once(caplog):
+    """On PostgreSQL a cancel reaches a worker two ways, its NOTIFY and the poll of
+    running jobs, on two threads: the second to arrive finds the lease already lost and
+    says nothing (the metrics once counted one cancel twice)."""
+    refusals: list[str] = []
+
+    class Counting(WorkerObserver):
+        def heartbeat(self, held: bool, refused: Refused = "lease_lost") -> None:
+            refusals.append(refused)
+
+    lease = Lease(make_job("k", id=7))
+    heard(lease, False, Counting(), "cancelled")
+    heard(lease, False, Counting(), "cancelled")
+    assert lease.lost.is_set()
+    assert refusals == ["cancelled"]
+    assert caplog.text.count("lost its lease") == 1
