@@ -88,3 +88,12 @@ async def async_outcome_of(
     except Exception as exc:
         return Raised.from_exception(exc)
     return Returned(done.effect, done.result)
+
+
+async def wait_for(event: asyncio.Event, timeout: float) -> bool:
+    """`threading.Event.wait(timeout)` for an `asyncio.Event`: True once set."""
+    try:
+        await asyncio.wait_for(event.wait(), timeout)
+    except asyncio.TimeoutError:  # TimeoutError itself from 3.11 on
+        return event.is_set()
+    return True

@@ -1,10 +1,11 @@
 """The async worker: `async def` handlers run concurrently as tasks of one event loop,
 under the sync worker's rules W1 to W7 (W7 in-process: see `AsyncWorker`).
 
-Its roles are tasks of the loop it runs on: the claimer and the lease keeper
-(`queuecore.worker.async_roles`), on PostgreSQL the LISTEN that wakes the claimer
-(`queuecore.worker.async_listener`), `concurrency` handler tasks, and the reporter with its ack
-window (`queuecore.worker.async_reporter`); a registry's periodic schedules run on a thread of
+Its roles are tasks of the loop it runs on: the claimer and the lease keeper (each
+beside its sync twin, in `queuecore.worker.claimer` and `queuecore.worker.leases`, over
+the jobs it holds, `queuecore.worker.holdings`), on PostgreSQL the LISTEN that wakes the claimer
+(`queuecore.worker.listener`), `concurrency` handler tasks, and the reporter with its ack
+window (`queuecore.worker.reporter`); a registry's periodic schedules run on a thread of
 their own (`queuecore.worker.scheduler`), enqueueing through the loop. It talks to the database
 only through the public `AsyncQueue` API, so it runs on whatever `connect_async` gives.
 """
@@ -25,9 +26,11 @@ from queuecore.observe.observer import NO_OBSERVER, WorkerObserver
 from queuecore.observe.worklog import log
 from queuecore.worker import presence
 from queuecore.worker.async_handling import AsyncLease, async_outcome_of
-from queuecore.worker.async_listener import AsyncWakeups
-from queuecore.worker.async_reporter import AsyncReporter
-from queuecore.worker.async_roles import AsyncClaimer, AsyncHoldings, keep_leases
+from queuecore.worker.claimer import AsyncClaimer
+from queuecore.worker.holdings import AsyncHoldings
+from queuecore.worker.leases import keep_leases
+from queuecore.worker.listener import AsyncWakeups
+from queuecore.worker.reporter import AsyncReporter
 from queuecore.worker.scheduler import scheduler_threads
 from queuecore.worker.settings import DEFAULT_CANCEL_GRACE, worker_settings
 from queuecore.worker.signals import SIGNALS
@@ -187,14 +190,8 @@ class AsyncWorker:
         claimer = AsyncClaimer(
             self.queue,
             holdings,
-            name=self.settings.name,
-            queues=self.settings.queues,
+            self.settings,
             kinds=sorted(self.handlers),
-            slots=self.settings.concurrency,
-            prefetch=self.settings.prefetch,
-            ack_batch=self.settings.ack_batch,
-            poll_interval=self.settings.poll_interval,
-            exit_when_idle=self.settings.exit_when_idle,
             listening=lambda: self.listening,
             observer=self.observer,
         )

@@ -17,20 +17,27 @@ That mean is learned mostly from short jobs, so it cannot see a long one coming 
 while a slot's handler runs long (as `handler_slot.running_long` judges), nothing is
 claimed ahead for that slot, and once every slot runs long, the jobs claimed ahead
 that waited HELD_AHEAD_SECONDS are released to the other workers' free slots instead of
-queueing here behind the long ones."""
+queueing here behind the long ones.
+
+The sync worker's `Claimer` (a thread) and the async one's `AsyncClaimer` (a task) stand
+side by side, given the same settings (`Claiming`) and paced by one policy
+(`ClaimPacing`)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
 
 from queuecore.executors.reconnect import connection_lost
 from queuecore.handling import Lease
 from queuecore.observe.observer import WorkerObserver
 from queuecore.observe.worklog import describe, log
-from queuecore.protocol import Queue
-from queuecore.worker.holdings import Holdings
+from queuecore.protocol import AsyncQueue, Queue
+from queuecore.worker.async_handling import wait_for
+from queuecore.worker.holdings import AsyncHoldings, Holdings, room_for_claims
 from queuecore.worker.processes.handler_slot import LONG_FACTOR, LONG_SECONDS
+from queuecore.worker.settings import WorkerSettings
 from queuecore.worker.unserved import UnservedNotice
 
 FIRST_IDLE_PAUSE = 0.05
@@ -71,37 +78,60 @@ def long_after(handler_seconds: float | None) -> float:
     return max(LONG_SECONDS, LONG_FACTOR * (handler_seconds or 0.0))
 
 
-class Claimer:
+Q = TypeVar("Q")
+H = TypeVar("H")
+
+
+class Claiming(Generic[Q, H]):
+    """What either worker's claimer is given: its queue and holdings, the worker's
+    settings (name, queues, slots, prefetch, ack window, poll interval, idle exit), the
+    registry's kinds (R23), whether a NOTIFY can wake it, and the observer."""
+
+    def __init__(
+        self,
+        queue: Q,
+        holdings: H,
+        settings: WorkerSettings,
+        *,
+        kinds: Sequence[str],
+        listening: Callable[[], bool],
+        observer: WorkerObserver,
+    ) -> None:
+        self.queue = queue
+        self.holdings = holdings
+        self.name = settings.name
+        self.queues = settings.queues
+        self.kinds = kinds
+        self.slots = settings.concurrency
+        self.prefetch = settings.prefetch  # None: auto_prefetch
+        self.ack_batch = settings.ack_batch
+        self.poll_interval = settings.poll_interval
+        self.exit_when_idle = settings.exit_when_idle
+        self.listening = listening
+        self.observer = observer
+        self.unserved = UnservedNotice(self.queues, kinds)
+
+
+class Claimer(Claiming[Queue, Holdings]):
+    """The sync worker's claimer, on a thread of its own: the async one's rules (below),
+    and the checks the slots ask for before they start a job claimed ahead (W9), read
+    on its connection; while every slot runs long, it gives back the jobs held ahead
+    past HELD_AHEAD_SECONDS (`release`), so that idle workers take them."""
+
     def __init__(
         self,
         queue: Queue,
         holdings: Holdings,
+        settings: WorkerSettings,
+        release: Callable[[Lease], None],
         *,
-        name: str,
-        queues: Sequence[str] | None,
         kinds: Sequence[str],
-        slots: int,
-        prefetch: int | None,
-        ack_batch: int,
-        poll_interval: float,
-        exit_when_idle: float | None,
         listening: Callable[[], bool],
         observer: WorkerObserver,
-        release: Callable[[Lease], None] = lambda lease: None,
     ) -> None:
-        self.queue = queue
-        self.holdings = holdings
-        self.name = name
-        self.queues = queues
-        self.kinds = kinds
-        self.slots = slots
-        self.prefetch = prefetch  # None: auto_prefetch
-        self.ack_batch = ack_batch
-        self.poll_interval = poll_interval
-        self.exit_when_idle = exit_when_idle
-        self.listening = listening
-        self.observer = observer
-        self.unserved = UnservedNotice(queues, kinds)
+        super().__init__(
+            queue, holdings, settings, kinds=kinds, listening=listening, observer=observer
+        )
         self.release = release  # gives a job claimed ahead back to the queue (R14)
 
     def run(self) -> None:
@@ -113,8 +143,7 @@ class Claimer:
 
     def _claim(self) -> None:
         holdings = self.holdings
-        pause = FIRST_IDLE_PAUSE
-        idle_since: float | None = None
+        pacing = ClaimPacing(self.poll_interval, self.exit_when_idle, self.observer)
         while not holdings.stopping.is_set():
             holdings.wake.clear()
             # The slots' checks of the jobs they are about to start (W9), on this
@@ -139,29 +168,104 @@ class Claimer:
             try:
                 jobs = self.queue.claim(self.name, limit=room, queues=self.queues, kinds=self.kinds)
             except Exception as exc:
-                if not connection_lost(exc):  # an outage the queue has logged already
-                    log.warning("claim failed (%s); trying again in %.1fs", describe(exc), pause)
-                else:
-                    self.observer.unreachable()
-                holdings.stopping.wait(pause)
-                pause = min(pause * 2, self.poll_interval)
+                holdings.stopping.wait(pacing.failed(exc))
                 continue
             self.observer.claimed(len(jobs))
             if jobs:
                 holdings.hand_out(jobs)
-                pause, idle_since = FIRST_IDLE_PAUSE, None
+                pacing.claimed()
                 self.unserved.busy()
                 continue
             self.unserved.check(self.queue.stats)
-            wait = self.poll_interval if self.listening() else pause
-            if holdings.busy():
-                idle_since = None  # handlers still running: not idle
-            elif self.exit_when_idle is not None:
-                idle_since = idle_since or time.monotonic()
-                left = idle_since + self.exit_when_idle - time.monotonic()
-                if left <= 0:
-                    log.info("no work for %.1fs: exiting", self.exit_when_idle)
-                    return
-                wait = min(wait, left)
+            wait = pacing.empty(listening=self.listening(), busy=holdings.busy())
+            if wait is None:
+                return
             holdings.wake.wait(wait)
-            pause = min(pause * 2, self.poll_interval)
+
+
+class ClaimPacing:
+    """When either worker's claimer claims next. After a claim that failed, a pause that
+    doubles from FIRST_IDLE_PAUSE to the poll interval (an outage is waited out, not
+    blamed on a job). After one that found nothing, the poll interval at once while a
+    NOTIFY can wake the claimer, that pause otherwise; and once nothing was ready, with
+    no handler running, for `exit_when_idle` seconds, the end."""
+
+    def __init__(
+        self, poll_interval: float, exit_when_idle: float | None, observer: WorkerObserver
+    ) -> None:
+        self.poll_interval = poll_interval
+        self.exit_when_idle = exit_when_idle
+        self.observer = observer
+        self.pause = FIRST_IDLE_PAUSE
+        self.idle_since: float | None = None
+
+    def failed(self, exc: Exception) -> float:
+        """A claim raised `exc`: the seconds to wait before the next."""
+        if not connection_lost(exc):  # an outage the queue has logged already
+            log.warning("claim failed (%s); trying again in %.1fs", describe(exc), self.pause)
+        else:
+            self.observer.unreachable()
+        return self._next_pause()
+
+    def claimed(self) -> None:
+        """A claim found jobs: the next one comes at once, and the worker is not idle."""
+        self.pause, self.idle_since = FIRST_IDLE_PAUSE, None
+
+    def empty(self, *, listening: bool, busy: bool) -> float | None:
+        """A claim found nothing: the seconds to wait before the next; None to exit."""
+        wait = self.poll_interval if listening else self.pause
+        if busy:
+            self.idle_since = None  # handlers still running: not idle
+        elif self.exit_when_idle is not None:
+            self.idle_since = self.idle_since or time.monotonic()
+            left = self.idle_since + self.exit_when_idle - time.monotonic()
+            if left <= 0:
+                log.info("no work for %.1fs: exiting", self.exit_when_idle)
+                return None
+            wait = min(wait, left)
+        self._next_pause()
+        return wait
+
+    def _next_pause(self) -> float:
+        pause, self.pause = self.pause, min(self.pause * 2, self.poll_interval)
+        return pause
+
+
+class AsyncClaimer(Claiming[AsyncQueue, AsyncHoldings]):
+    """Claims as many jobs as there are free tasks (plus prefetch: `prefetch`, or by
+    default the sync claimer's `auto_prefetch` of the handlers' mean time), of the
+    registry's kinds only (W2, R23); waits out an outage; exits after `exit_when_idle`.
+    Idle, it polls, backing off to `poll_interval`, or waits that long at once while
+    `listening()` (a NOTIFY sets `holdings.wake` then, W6)."""
+
+    async def run(self) -> None:
+        holdings = self.holdings
+        pacing = ClaimPacing(self.poll_interval, self.exit_when_idle, self.observer)
+        while not holdings.stopping.is_set():
+            holdings.wake.clear()
+            active = active_limit(self.slots, self.prefetch, holdings.handler_seconds)
+            room = room_for_claims(
+                active, active + self.ack_batch, held=len(holdings.leases), acking=holdings.acking
+            )
+            if room <= 0:
+                await holdings.wake.wait()  # a task frees up, or stop()
+                continue
+            try:
+                jobs = await self.queue.claim(
+                    self.name, limit=room, queues=self.queues, kinds=self.kinds
+                )
+            except Exception as exc:
+                await wait_for(holdings.stopping, pacing.failed(exc))
+                continue
+            self.observer.claimed(len(jobs))
+            if jobs:
+                await holdings.hand_out(jobs)
+                pacing.claimed()
+                self.unserved.busy()
+                continue
+            await self.unserved.check_async(self.queue.stats)
+            # A NOTIFY sets `wake` when a job comes: while one can, wait the whole interval.
+            wait = pacing.empty(listening=self.listening(), busy=holdings.busy())
+            if wait is None:
+                return
+            await wait_for(holdings.wake, wait)

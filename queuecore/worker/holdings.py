@@ -5,21 +5,30 @@ A job is held from its claim until it was reported (or left to its lease); while
 completion waits in the ack window it still counts as held, not as active. Leases, not
 job ids, are held: a job whose lease ran out can be claimed again by this very worker
 while its first run is still being reported.
+
+The sync worker's `Holdings` (shared by threads, under a lock) and the async worker's
+`AsyncHoldings` (one event loop: no lock) stand side by side, over the same policies:
+which jobs a check reads (`due_for_check`), the ack window's room (`room_for_claims`),
+the handlers' mean time (`running_mean`), and the pause after a failed check.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from queuecore.executors.reconnect import connection_lost
 from queuecore.handling import Lease
 from queuecore.job import Job
 from queuecore.observe.worklog import label, log
-from queuecore.worker.async_handling import AsyncLease
+from queuecore.worker.async_handling import AsyncLease, wait_for
+
+if TYPE_CHECKING:
+    from queuecore.protocol import AsyncQueue
 
 #: Asks the queue which of these jobs their claims still hold (`Queue.held`).
 Check = Callable[[list[Job]], list[bool]]
@@ -37,6 +46,9 @@ Check = Callable[[list[Job]], list[bool]]
 #: theirs fresh. On PostgreSQL the cancel's NOTIFY also marks a job claimed ahead, so it
 #: is dropped unread.
 FRESH_SECONDS = 0.02
+#: A check before hand-over that could not be made (the database out of reach) is tried
+#: again after CHECK_PAUSE, doubling to a second (`next_check_pause`), by either worker.
+CHECK_PAUSE = 0.05
 
 
 AnyLease = TypeVar("AnyLease", Lease, AsyncLease)
@@ -95,7 +107,7 @@ class Holdings:
         taken by another claim, while it waited here is let go, never started. None once
         stopping. A check that fails (the database out of reach) puts them back and
         tries again: the slot could not report anyway."""
-        pause = 0.05
+        pause = CHECK_PAUSE
         while True:
             with self._lock:
                 while wait and not self._waiting and not self.stopping.is_set():
@@ -110,7 +122,7 @@ class Holdings:
                 if not wait:
                     return []
                 self.stopping.wait(pause)
-                pause = min(pause * 2, 1.0)
+                pause = next_check_pause(pause)
                 continue
             now = time.monotonic()
             for lease in kept:
@@ -349,3 +361,114 @@ def room_for_claims(
     wait for a slot (slots still starting count as busy), never past `held_limit` held
     leases, the jobs whose completions wait in the ack window included."""
     return min(active_limit - starting - (held - acking), held_limit - held)
+
+
+def next_check_pause(pause: float) -> float:
+    return min(pause * 2, 1.0)
+
+
+class AsyncHoldings:
+    """Every job held, from its claim until it was reported: waiting for a task,
+    running, or with its completion in the ack window."""
+
+    def __init__(self) -> None:
+        self.leases: set[AsyncLease] = set()
+        self.waiting: deque[AsyncLease] = deque()
+        self.acking = 0
+        #: The mean time its handlers ran (recent runs weigh most): the claimer's prefetch.
+        self.handler_seconds: float | None = None
+        self.work = asyncio.Condition()  # a job is waiting, or stopping
+        self.wake = asyncio.Event()  # the claimer should look again
+        self.stopping = asyncio.Event()
+
+    async def hand_out(self, jobs: list[Job]) -> None:
+        async with self.work:
+            for job in jobs:
+                lease = AsyncLease(job)
+                self.leases.add(lease)
+                self.waiting.append(lease)
+            self.work.notify(len(jobs))
+
+    async def next_waiting(self, queue: AsyncQueue) -> AsyncLease | None:
+        """The next claimed job for a free task, still held (W9): one that waited here
+        longer than FRESH_SECONDS since its claim (or last check) is read again first
+        (`queue.held`), with every other one waiting that long, so a job cancelled
+        while claimed ahead is let go, never started. None once stopping."""
+        pause = CHECK_PAUSE
+        while True:
+            async with self.work:
+                await self.work.wait_for(lambda: self.waiting or self.stopping.is_set())
+                if self.stopping.is_set():
+                    return None
+                lease = self.waiting.popleft()
+            held = not lease.lost.is_set()
+            now = time.monotonic()
+            if held and lease.checked < now - FRESH_SECONDS:
+                also = due_for_check(self.waiting, now - FRESH_SECONDS)
+                try:
+                    held, *others = await queue.held([lease.job] + [o.job for o in also])
+                    for other, other_held in zip(also, others, strict=True):
+                        other.checked = now
+                        if not other_held:
+                            other.mark_lost()  # let go, unstarted, when a task takes it
+                    lease.checked = now
+                except Exception as exc:
+                    if not connection_lost(exc):  # an outage is the queue's to log, once
+                        log.warning("cannot check %s before it starts (%s)", label(lease), exc)
+                    await self._put_back(lease)
+                    await wait_for(self.stopping, pause)
+                    pause = next_check_pause(pause)
+                    continue
+            if held:
+                lease.handed = time.monotonic()
+                return lease
+            log.info(
+                "%s was cancelled (or its lease ended) while claimed ahead: not started",
+                label(lease),
+            )
+            lease.mark_lost()
+            self.let_go(lease)
+
+    async def _put_back(self, lease: AsyncLease) -> None:
+        """A job whose check failed goes back to the head of the line (released with
+        the rest of the waiting ones if a stop comes meanwhile)."""
+        async with self.work:
+            self.waiting.appendleft(lease)
+            self.work.notify(1)
+
+    def running(self) -> list[AsyncLease]:
+        """The jobs handed to a task and not yet being reported, not known lost: whose
+        cancel a handler must hear of (W9)."""
+        return [
+            lease
+            for lease in self.leases
+            if lease.handed and not lease.reporting and not lease.lost.is_set()
+        ]
+
+    async def stop(self) -> list[AsyncLease]:
+        """Stop handing out jobs; returns the ones claimed but not started."""
+        self.stopping.set()
+        self.wake.set()
+        async with self.work:
+            unstarted = list(self.waiting)
+            self.waiting.clear()
+            self.work.notify_all()
+        return unstarted
+
+    def ran(self, seconds: float) -> None:
+        """A handler ran for `seconds`."""
+        self.handler_seconds = running_mean(self.handler_seconds, seconds)
+
+    def to_window(self) -> None:
+        """A held job's completion went to the ack window: its task is free."""
+        self.acking += 1
+        self.wake.set()
+
+    def let_go(self, lease: AsyncLease, *, acked: bool = False) -> None:
+        self.leases.discard(lease)
+        if acked:
+            self.acking -= 1
+        self.wake.set()
+
+    def busy(self) -> bool:
+        return len(self.leases) > self.acking

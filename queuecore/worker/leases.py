@@ -7,23 +7,71 @@ asks which of their jobs are no longer held, so a handler hears of a cancel with
 about that (W9; on PostgreSQL the cancel's NOTIFY, heard by the worker's listener
 through `hear_cancels`, is sooner, and the poll covers a NOTIFY that was missed), and
 notes the jobs handed to a slot since (`Queue.mark_started`), so their snapshots tell
-them from the jobs held ahead."""
+them from the jobs held ahead.
+
+The sync worker's `LeaseKeeper` (a thread) and the async one's `keep_leases` (a task)
+stand side by side, on one schedule (`Rounds`), with one meaning of a refused
+heartbeat (`heard`)."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
+from typing import TYPE_CHECKING, TypeVar
 
 from queuecore.executors.reconnect import connection_lost
 from queuecore.handling import Lease
-from queuecore.observe.observer import Refused, WorkerObserver, why_refused
+from queuecore.observe.observer import Refused, WorkerObserver, why_refused, why_refused_async
 from queuecore.observe.worklog import describe, label, log
 from queuecore.protocol import Queue
-from queuecore.worker.holdings import Holdings
+from queuecore.worker.async_handling import wait_for
+from queuecore.worker.holdings import AsyncHoldings, Holdings
+
+if TYPE_CHECKING:
+    from queuecore.protocol import AsyncQueue
 
 #: How often a worker asks whether its running jobs were
 #: cancelled: a handler hears of a cancel within about this long, plus one read (W9).
 CANCEL_POLL = 0.5
+
+
+class Rounds:
+    """When either worker's lease keeper does what: a round of heartbeats every `every`
+    seconds (W3), and every CANCEL_POLL seconds the started jobs noted and the poll for
+    cancels (W9)."""
+
+    def __init__(self, every: float) -> None:
+        now = time.monotonic()
+        self.every = every
+        self.beat, self.poll = now + every, now + CANCEL_POLL
+
+    def until_next(self) -> float:
+        return max(0.0, min(self.beat, self.poll) - time.monotonic())
+
+    def due(self) -> tuple[bool, bool]:
+        """Whether the poll and the heartbeats are due now; each due one is set again."""
+        now = time.monotonic()
+        poll, beat = now >= self.poll, now >= self.beat
+        if poll:
+            self.poll = now + CANCEL_POLL
+        if beat:
+            self.beat = now + self.every
+        return poll, beat
+
+
+L = TypeVar("L", bound=Lease)
+
+
+def unnoted(running: list[L]) -> list[L]:
+    """The running jobs whose start the database was not told of yet (W9)."""
+    return [lease for lease in running if not lease.noted]
+
+
+def say_failed(what: str, exc: Exception) -> None:
+    """A round of the lease keeper failed: an outage is the queue's to log, once."""
+    if not connection_lost(exc):
+        log.warning("%s failed (%s)", what, describe(exc))
 
 
 class LeaseKeeper:
@@ -44,19 +92,16 @@ class LeaseKeeper:
     def run(self) -> None:
         """Until `finished`: a round of heartbeats every `every` seconds, and the cancel
         poll every CANCEL_POLL seconds."""
-        now = time.monotonic()
-        beat, poll = now + self.every, now + CANCEL_POLL
-        while not self.finished.wait(max(0.0, min(beat, poll) - time.monotonic())):
-            now = time.monotonic()
-            if now >= poll:
-                poll = now + CANCEL_POLL
+        rounds = Rounds(self.every)
+        while not self.finished.wait(rounds.until_next()):
+            poll, beat = rounds.due()
+            if poll:
                 self._note_started()
                 # Where a NOTIFY tells of cancels it is heard sooner; the poll runs all
                 # the same, so a cancel whose NOTIFY was missed (a LISTEN connection
                 # being replaced, say) is still heard within about CANCEL_POLL.
                 self._poll_cancels()
-            if now >= beat:
-                beat = now + self.every
+            if beat:
                 self._heartbeats()
 
     def _heartbeats(self) -> None:
@@ -78,14 +123,13 @@ class LeaseKeeper:
     def _note_started(self) -> None:
         """The jobs handed to a slot since the last round get `started_at` (W9), in one
         write: a job held ahead shows as such until then."""
-        fresh = [lease for lease in self.holdings.running() if not lease.noted]
+        fresh = unnoted(self.holdings.running())
         if not fresh:
             return
         try:
             self.queue.mark_started([lease.job for lease in fresh])
         except Exception as exc:
-            if not connection_lost(exc):  # an outage the queue has logged already
-                log.warning("noting the started jobs failed (%s)", describe(exc))
+            say_failed("noting the started jobs", exc)
             return
         for lease in fresh:
             lease.noted = True
@@ -99,8 +143,7 @@ class LeaseKeeper:
         try:
             answers = self.queue.held([lease.job for lease in running])
         except Exception as exc:
-            if not connection_lost(exc):  # an outage the queue has logged already
-                log.warning("checking for cancelled jobs failed (%s)", describe(exc))
+            say_failed("checking for cancelled jobs", exc)
             return
         for lease, held in zip(running, answers, strict=True):
             if not held and not lease.lost.is_set():
@@ -139,3 +182,75 @@ def hear_cancels(holdings: Holdings, ids: list[int], observer: WorkerObserver) -
     for lease in holdings.leases():
         if lease.job.id in wanted and not lease.lost.is_set():
             heard(lease, False, observer, "cancelled")
+
+
+async def keep_leases(
+    queue: AsyncQueue,
+    holdings: AsyncHoldings,
+    every: float,
+    finished: asyncio.Event,
+    observer: WorkerObserver,
+) -> None:
+    """Until `finished`: W3, a round of heartbeats every `every` seconds; W9, every
+    CANCEL_POLL seconds while handlers run, the jobs started since the last round
+    noted (`started_at`), and one read of which running jobs are no longer held, so a
+    handler hears of a cancel within about that (the async worker's listener hears new
+    jobs only)."""
+    rounds = Rounds(every)
+    while not await wait_for(finished, rounds.until_next()):
+        poll, beat = rounds.due()
+        if poll:
+            await _note_started(queue, holdings)
+            await _poll_cancels(queue, holdings, observer)
+        if beat:
+            await _heartbeats(queue, holdings, observer)
+
+
+async def _heartbeats(queue: AsyncQueue, holdings: AsyncHoldings, observer: WorkerObserver) -> None:
+    for lease in list(holdings.leases):
+        if lease.lost.is_set():
+            continue
+        try:
+            held = await queue.heartbeat(lease.job)
+        except Exception as exc:
+            if connection_lost(exc):  # logged by the queue; the next round tries again
+                break
+            log.warning("heartbeat of %s failed (%s)", label(lease), describe(exc))
+            continue
+        refused = (
+            await why_refused_async(queue, lease.job) if refusal(lease, held) else "lease_lost"
+        )
+        heard(lease, held, observer, refused)
+
+
+async def _note_started(queue: AsyncQueue, holdings: AsyncHoldings) -> None:
+    """The jobs handed to a task since the last round get `started_at` (W9), in one
+    write: a job held ahead shows as such until then."""
+    fresh = unnoted(holdings.running())
+    if not fresh:
+        return
+    try:
+        await queue.mark_started([lease.job for lease in fresh])
+    except Exception as exc:
+        say_failed("noting the started jobs", exc)
+        return
+    for lease in fresh:
+        lease.noted = True
+
+
+async def _poll_cancels(
+    queue: AsyncQueue, holdings: AsyncHoldings, observer: WorkerObserver
+) -> None:
+    """The handlers of the running jobs no longer held are told (nothing is read while
+    no handler runs)."""
+    running = holdings.running()
+    if not running:
+        return
+    try:
+        answers = await queue.held([lease.job for lease in running])
+    except Exception as exc:
+        say_failed("checking for cancelled jobs", exc)
+        return
+    for lease, held in zip(running, answers, strict=True):
+        if refusal(lease, held) and not lease.lost.is_set():
+            heard(lease, held, observer, await why_refused_async(queue, lease.job))

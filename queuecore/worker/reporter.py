@@ -9,28 +9,51 @@ failed, its attempt spent, or the job dead on its last attempt). Repeating is sa
 fence refuses a report once another claim took the job over, and lets a late one land
 when nobody did (R09). Only a second stop signal (`hurry`) ends the wait; the queue has
 logged the outage.
+
+The sync worker's `Reporter` and the async worker's `AsyncReporter` stand side by side
+here, over the same policies: what each outcome means (`log_completion`,
+`log_failure`), when a report is made again (`report_later`), and what a lost report
+says.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
-from collections.abc import Callable
-from typing import Literal, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from queuecore.executors.reconnect import connection_lost, report_later
 from queuecore.handling import Completed, Crashed, Lease, Outcome, Raised, Returned
 from queuecore.job import Completions
-from queuecore.observe.observer import Refused, WorkerObserver, why_refused
+from queuecore.observe.observer import Refused, WorkerObserver, why_refused, why_refused_async
 from queuecore.observe.worklog import describe, first_line, label, log
 from queuecore.protocol import Queue
-from queuecore.worker.acks import Ack, AckWindow
-from queuecore.worker.holdings import Holdings
+from queuecore.worker.acks import RETRY_PAUSE, Ack, AckWindow, complete_many_options
+from queuecore.worker.async_handling import AsyncLease, wait_for
+from queuecore.worker.holdings import AsyncHoldings, Holdings
+
+if TYPE_CHECKING:
+    from queuecore.protocol import AsyncQueue
 
 T = TypeVar("T")
 FIRST_PAUSE = 0.05
 #: A failure report's answer, as the observer names the outcome (None: refused).
 FAILED_OUTCOMES: dict[str, Literal["retried", "dead"]] = {"queued": "retried", "dead": "dead"}
+
+
+def windowed(ack_batch: int, ack_seconds: float) -> bool:
+    """Whether either worker's completions go through an ack window: batches of more
+    than one job, waited for a while; otherwise each job is completed at once."""
+    return ack_batch > 1 and ack_seconds > 0
+
+
+def window_said(size: int, seconds: float) -> str:
+    """How completions are committed, for the worker's first log line."""
+    if size == 1:
+        return "each job completed at once"
+    return f"acks in batches of up to {size} or {seconds * 1000:g} ms"
 
 
 class Reporter:
@@ -51,7 +74,7 @@ class Reporter:
         self.longest_pause = longest_pause
         self.hurry = hurry
         self.acks: AckWindow | None = None  # None: each job completed at once
-        if ack_batch > 1 and ack_seconds > 0:
+        if windowed(ack_batch, ack_seconds):
             self.acks = AckWindow(
                 queue,
                 size=ack_batch,
@@ -72,8 +95,8 @@ class Reporter:
     def describe(self) -> str:
         """How completions are committed, for the worker's first log line."""
         if self.acks is None:
-            return "each job completed at once"
-        return f"acks in batches of up to {self.acks.size} or {self.acks.max_wait * 1000:g} ms"
+            return window_said(1, 0.0)
+        return window_said(self.acks.size, self.acks.max_wait)
 
     def report(self, lease: Lease, outcome: Outcome, started: float) -> None:
         """Tell the queue what became of the job, then let go of it, unless its
@@ -241,3 +264,185 @@ def log_failure(
         what = "queued for a retry" if outcome == "queued" else "dead"
         log.info("%s failed in %.3fs, %s: %s", label(lease), elapsed, what, first_line(text))
     log.debug("%s failure in full:\n%s", label(lease), text)
+
+
+class AsyncReporter:
+    def __init__(
+        self,
+        queue: AsyncQueue,
+        holdings: AsyncHoldings,
+        *,
+        ack_batch: int,
+        ack_seconds: float,
+        longest_pause: float,
+        hurry: asyncio.Event,
+        observer: WorkerObserver,
+    ) -> None:
+        self.queue = queue
+        self.holdings = holdings
+        self.longest_pause = longest_pause
+        self.hurry = hurry
+        self.observer = observer
+        self.window_size = ack_batch if windowed(ack_batch, ack_seconds) else 1
+        self.window_wait = ack_seconds
+        self._waiting: list[Ack] = []
+        self._changed = asyncio.Event()
+        self._closing = False
+        self._flusher: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self.window_size > 1:
+            self._flusher = asyncio.create_task(self._flush_until_closed())
+
+    async def close(self) -> None:
+        """The finished jobs' completions commit before the exit."""
+        self._closing = True
+        self._changed.set()
+        if self._flusher is not None:
+            await self._flusher
+
+    def describe(self) -> str:
+        return window_said(self.window_size, self.window_wait)
+
+    async def report(self, lease: AsyncLease, outcome: Returned | Raised, started: float) -> None:
+        """Tell the queue what became of the job, then let go of it, unless its
+        completion went to the ack window, which lets go of it once flushed."""
+        windowed = False
+        try:
+            if isinstance(outcome, Raised):
+                await self._fail(lease, outcome, started)
+            elif self.window_size > 1 and not self._closing:
+                self.holdings.to_window()  # the task is free: claim its next job now
+                self._waiting.append(Ack(lease, outcome.effect, started, result=outcome.result))
+                if len(self._waiting) in (1, self.window_size):
+                    self._changed.set()
+                windowed = True
+            else:
+                await self._complete(lease, outcome, started)
+        finally:
+            if not windowed:
+                self.holdings.let_go(lease)
+
+    async def release(self, lease: AsyncLease) -> None:
+        """Give back a job claimed but never started, its attempt uncounted (R14)."""
+        try:
+            released = await self.queue.release(lease.job)
+        except Exception as exc:
+            if not connection_lost(exc):  # an outage is the queue's to log, once
+                log.warning(
+                    "%s not released (%s); its lease will hand it on", label(lease), describe(exc)
+                )
+        else:
+            if released:
+                log.info("%s released unstarted", label(lease))
+        self.holdings.let_go(lease)
+
+    async def until_reachable(self, report: Callable[[], Awaitable[T]]) -> T:
+        pause = FIRST_PAUSE
+        while True:
+            try:
+                return await report()
+            except Exception as exc:
+                if not report_later(exc) or self.hurry.is_set():
+                    raise
+            await wait_for(self.hurry, pause)
+            pause = min(pause * 2, self.longest_pause)
+
+    async def _complete(self, lease: AsyncLease, returned: Returned, started: float) -> None:
+        lease.reporting = True
+        effect, result = returned.effect, returned.result
+        try:
+            done = await self.until_reachable(
+                lambda: self.queue.complete(lease.job, effect=effect, result=result)
+            )
+        except Exception as exc:  # the effect raised (rolled back), or the database did
+            if report_later(exc):  # given up on a second stop signal
+                say_unreachable(lease)
+                return
+            await self._fail(lease, Raised.from_exception(exc), started)
+            return
+        said = "done" if done else await why_refused_async(self.queue, lease.job)
+        log_completion(self.observer, lease, said, started)
+
+    async def _fail(self, lease: AsyncLease, raised: Raised, started: float) -> None:
+        lease.reporting = True
+        text = raised.error
+        try:
+            outcome = await self.until_reachable(
+                lambda: self.queue.fail(
+                    lease.job, text, retry_in=raised.retry_in, permanent=raised.permanent
+                )
+            )
+        except Exception as exc:
+            say_failure_unreported(lease, text, exc)
+            return
+        refused = await why_refused_async(self.queue, lease.job) if outcome is None else None
+        log_failure(self.observer, lease, outcome, text, started, refused)
+
+    # --- the ack window ------------------------------------------------------------------
+
+    async def _flush_until_closed(self) -> None:
+        while True:
+            batch = await self._next_batch()
+            if not batch:
+                return
+            await self._flush(batch)
+
+    async def _next_batch(self) -> list[Ack]:
+        """A batch once `size` wait, the oldest waited `max_wait`, or closing; empty only
+        when closed and drained."""
+        while True:
+            self._changed.clear()
+            if self._waiting:
+                due = self._waiting[0].since + self.window_wait - time.monotonic()
+                if self._closing or len(self._waiting) >= self.window_size or due <= 0:
+                    batch = self._waiting[: self.window_size]
+                    del self._waiting[: self.window_size]
+                    return batch
+                await wait_for(self._changed, due)
+            elif self._closing:
+                return []
+            else:
+                await self._changed.wait()
+
+    async def _flush(self, batch: list[Ack]) -> None:
+        for ack in batch:
+            ack.lease.reporting = True  # a heartbeat that now finds it done is no loss
+        jobs = [ack.lease.job for ack in batch]
+        options = complete_many_options(
+            [ack.effect for ack in batch], [ack.result for ack in batch]
+        )
+        outcome: Completions | Exception
+        try:
+            outcome = await self.until_reachable(lambda: self.queue.complete_many(jobs, **options))
+        except Exception as error:
+            if connection_lost(error):  # a stop gave up on the outage
+                outcome = error
+            else:
+                log.warning("completing %d job(s) failed (%s); trying once more", len(batch), error)
+                await asyncio.sleep(RETRY_PAUSE)
+                try:
+                    outcome = await self.queue.complete_many(jobs, **options)
+                except Exception as again:
+                    outcome = again
+        await self._settle(batch, outcome)
+
+    async def _settle(self, batch: list[Ack], outcome: Completions | Exception) -> None:
+        self.observer.acks_flushed(len(batch), committed=not isinstance(outcome, Exception))
+        for index, ack in enumerate(batch):
+            lease = ack.lease
+            assert isinstance(lease, AsyncLease)
+            try:
+                if isinstance(outcome, Exception):
+                    say_not_committed(lease, outcome)
+                elif index in outcome.errors:
+                    await self._fail(
+                        lease, Raised.from_exception(outcome.errors[index]), ack.started
+                    )
+                else:
+                    said = (
+                        "done" if outcome[index] else await why_refused_async(self.queue, lease.job)
+                    )
+                    log_completion(self.observer, lease, said, ack.started)
+            finally:
+                self.holdings.let_go(lease, acked=True)

@@ -177,17 +177,11 @@ class Worker:
         self._claimer = Claimer(
             queue,
             self._holdings,
-            name=self.name,
-            queues=self.queues,
+            settings,
+            self._reporter.release,
             kinds=sorted(handlers),
-            slots=self.concurrency,
-            prefetch=settings.prefetch,
-            ack_batch=settings.ack_batch,
-            poll_interval=self.poll_interval,
-            exit_when_idle=settings.exit_when_idle,
             listening=lambda: self.listening,
             observer=observer,
-            release=self._reporter.release,
         )
 
     @property
