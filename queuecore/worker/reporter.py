@@ -19,6 +19,7 @@ says.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -237,7 +238,9 @@ def log_completion(
     """What `complete` answered: done, or refused by the fence (`outcome` says why)."""
     observer.finished(lease.job, outcome)
     if outcome == "done":
-        log.info("%s done in %.3fs", label(lease), time.monotonic() - started)
+        # A line per job: not even its label is made when INFO is not logged.
+        if log.isEnabledFor(logging.INFO):
+            log.info("%s done in %.3fs", label(lease), time.monotonic() - started)
     else:
         log.warning(
             "%s finished after its lease was lost or the job was cancelled: result discarded",
