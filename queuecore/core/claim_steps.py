@@ -59,6 +59,11 @@ def build(now: Now, walk: Walk, queue_count: int | None, kind_count: int | None)
         .limit(bindparam("limit"))
         .with_for_update(skip_locked=True)
     )
+    # By id, never by a walk of the claim-order index: the optimizer took that walk for
+    # the ORDER BY ... LIMIT once the table had churned, and a locking read locks what
+    # it walks past (403 rows examined a lock with 4 workers, against 13 with one).
+    for dialect in ("mariadb", "mysql"):
+        lock = lock.with_hint(jobs, "FORCE INDEX (PRIMARY)", dialect_name=dialect)
     # Each write reads only columns it leaves alone, or sets them after reading them
     # (`ordered_values`): MariaDB applies SET assignments one after another, not at once.
     write_dead = (
