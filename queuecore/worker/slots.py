@@ -40,6 +40,13 @@ class Runner(Protocol):
 
     def serve(self, holdings: Holdings, reporter: Reporter, observer: WorkerObserver) -> None: ...
 
+    def abandon(self) -> None:
+        """The worker exits with jobs still running past its grace (W4): stop their
+        handlers where that can be done, and report nothing of them, so that each job
+        stays running under its lease until that runs out and hands it on, and its work
+        is not going on while another worker runs it again."""
+        ...
+
 
 class InThread:
     """The handler runs on the slot's thread, in the worker's process: no isolation, and
@@ -61,6 +68,9 @@ class InThread:
         self.handlers = handlers
         self.max_result_bytes = max_result_bytes
         self.limits = limits
+
+    def abandon(self) -> None:
+        """Nothing to stop: a thread cannot be killed; the worker's exit ends it."""
 
     def serve(self, holdings: Holdings, reporter: Reporter, observer: WorkerObserver) -> None:
         """One job at a time, until stopping."""

@@ -270,7 +270,7 @@ class Worker:
         try:
             self._claimer.run()
         finally:
-            self._shut_down(slots)
+            self._shut_down(slots, runners)
             self._finished.set()
             for thread in helpers:
                 thread.join(timeout=2)
@@ -283,7 +283,7 @@ class Worker:
     def _running(self) -> int:
         return len(self._holdings.leases())
 
-    def _shut_down(self, slots: list[threading.Thread]) -> None:
+    def _shut_down(self, slots: list[threading.Thread], runners: list[Runner]) -> None:
         for lease in self._holdings.stop():
             self._reporter.release(lease)
         deadline = time.monotonic() + self.grace_seconds
@@ -292,6 +292,9 @@ class Worker:
             if left <= 0:
                 break
             self._hurry.wait(min(left, 0.05))
+        if any(t.is_alive() for t in slots):
+            for runner in runners:  # past the grace: their handlers stop with the worker
+                runner.abandon()
         for lease in self._holdings.left_over():
             self._reporter.release(lease)
         self._reporter.close()  # the finished jobs' completions commit before the exit
@@ -300,8 +303,9 @@ class Worker:
         abandoned = len(self._holdings.leases())
         if abandoned:
             log.warning(
-                "%d job(s) still running at exit; their leases will run out and hand them on",
+                "%d job(s) still running at exit%s; their leases will run out and hand them on",
                 abandoned,
+                ", their handlers stopped" if self._fork_server is not None else "",
             )
 
     # --- running jobs -------------------------------------------------------------------

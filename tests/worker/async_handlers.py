@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import ctypes
 import os
+import re
 import signal
 import threading
 import time
@@ -15,6 +16,7 @@ from pathlib import Path
 from queuecore import AsyncLease, Done, Job, Permanent, Registry, Retry, current_lease
 from queuecore.demo.jobs import record
 from queuecore.protocol import Effect
+from tests.worker.handlers import HOG_PATTERN, HOG_TEXT, say_pid
 
 REGISTRY = Registry()
 
@@ -105,3 +107,11 @@ def sync_beside(job: Job) -> dict[str, object]:
     """A sync handler in an async registry: it runs on a thread, never on the loop's."""
     time.sleep(job.payload.get("seconds", 0))
     return {"thread": threading.current_thread().name, "lost": current_lease().lost.is_set()}
+
+
+@REGISTRY.handler("async-hogs")
+async def hogs(job: Job) -> None:
+    """Says its pid, then holds its process's interpreter lock for minutes, its event
+    loop with it."""
+    say_pid(job.payload["pid"])
+    re.fullmatch(HOG_PATTERN, HOG_TEXT)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -95,3 +96,22 @@ def watch_cancel(job: Job) -> None:
     Path(job.payload["started"]).touch()
     if current_lease().lost.wait(job.payload["seconds"]):
         Path(job.payload["seen"]).write_text(repr(time.time()))
+
+
+#: A regular expression that backtracks for minutes inside the `re` module's C code,
+#: which holds the interpreter's lock throughout: no other thread of its process runs.
+HOG_PATTERN, HOG_TEXT = r"(?:a|a)*b", "a" * 32
+
+
+def say_pid(path: str) -> None:
+    """Write this process's pid where a test waits for it (whole, or not at all)."""
+    Path(f"{path}.tmp").write_text(str(os.getpid()))
+    os.replace(f"{path}.tmp", path)
+
+
+@REGISTRY.handler("hogs")
+def hogs(job: Job) -> None:
+    """Says its pid, then holds its process's interpreter lock for minutes: the handler
+    process's own threads cannot act until it returns."""
+    say_pid(job.payload["pid"])
+    re.fullmatch(HOG_PATTERN, HOG_TEXT)

@@ -50,7 +50,7 @@ from queuecore.worker.processes.messages import (
     receive,
     send,
 )
-from queuecore.worker.processes.shared import RUNNING
+from queuecore.worker.processes.shared import RUNNING, kill_and_wait
 from queuecore.worker.reporter import Reporter
 from queuecore.worker.time_limits import NO_LIMITS, StopClock, TimeLimits
 
@@ -67,6 +67,9 @@ AHEAD_MOST = 8
 LONG_SECONDS = 0.25
 LONG_FACTOR = 20
 WATCH_SLICE = 0.1  # the longest wait for a message before leases and stop are looked at
+#: How long a worker exiting past its grace waits for each handler process it killed
+#: to have died (W4): a process in the middle of its exit takes no longer than this.
+ABANDON_WAIT = 5.0
 
 
 def undeliverable(exc: BaseException) -> str:
@@ -129,6 +132,7 @@ class HandlerProcess:
         self.limits = limits
         self._child: Child | None = None
         self._killed: Killed | None = None
+        self._abandoned = False
 
     @property
     def started(self) -> bool:
@@ -147,7 +151,7 @@ class HandlerProcess:
         connect_per_call()  # a slot's reports are few: no connection of its own per slot
         pending = not self.started  # counted as starting by the worker, not yet started
         try:
-            while True:
+            while not self._abandoned:
                 if not self.started:
                     if not pending:
                         holdings.starting(1)
@@ -163,6 +167,14 @@ class HandlerProcess:
             if pending:
                 holdings.starting(-1)
             self.close()
+
+    def abandon(self) -> None:
+        """Kill the handler process (the worker exits past its grace, W4); its death,
+        seen next, reports nothing: its job waits for its lease."""
+        self._abandoned = True
+        child = self._child
+        if child is not None:
+            kill_and_wait(child.pid, ABANDON_WAIT)
 
     def close(self) -> None:
         """Stop the handler process: it exits when its socket closes."""
@@ -311,6 +323,8 @@ class HandlerProcess:
         child.conn.close()
         (running,) = RUNNING.unpack_from(child.running)
         child.running.close()
+        if self._abandoned:  # the worker exits: its fork server reaps the child
+            return
         code = self.server.wait(child.pid)
         killed, self._killed = self._killed, None
         if out:

@@ -45,7 +45,12 @@ from queuecore.observe.observer import WorkerObserver
 from queuecore.observe.worklog import log
 from queuecore.worker.holdings import Holdings
 from queuecore.worker.processes.handler_processes import ForkServer, exit_text
-from queuecore.worker.processes.handler_slot import WATCH_SLICE, jobs_ahead, undeliverable
+from queuecore.worker.processes.handler_slot import (
+    ABANDON_WAIT,
+    WATCH_SLICE,
+    jobs_ahead,
+    undeliverable,
+)
 from queuecore.worker.processes.messages import (
     Cancel,
     JobCancelled,
@@ -61,6 +66,7 @@ from queuecore.worker.processes.messages import (
     send,
     unwire,
 )
+from queuecore.worker.processes.shared import kill_and_wait
 from queuecore.worker.reporter import Reporter
 from queuecore.worker.time_limits import CANCEL_WAIT, NO_LIMITS, StopClock, TimeLimits
 
@@ -104,6 +110,8 @@ class LoopProcess:
         self._room = threading.Condition(self._lock)  # a job came back, or the process died
         self._send = threading.Lock()  # one message at a time on the socket
         self._conn: Connection | None = None
+        self._pid = 0  # the loop process's, while it runs
+        self._abandoned = False
         self._out: dict[int, Sent] = {}  # by ticket: the same job may be out twice
         self._tickets = itertools.count()
         self._reader: threading.Thread | None = None
@@ -126,7 +134,7 @@ class LoopProcess:
         self._roles = Roles(holdings, reporter, observer, reports)
         pending = not self.started  # counted as starting by the worker, not yet started
         try:
-            while True:
+            while not self._abandoned:
                 if not self.started:
                     if not pending:
                         holdings.starting(self.slots)
@@ -150,7 +158,7 @@ class LoopProcess:
         running.close()  # a handler process's word: the loop process reports by message
         self._tell(conn, Slots(self.slots))
         with self._lock:
-            self._conn = conn
+            self._conn, self._pid = conn, pid
         self._reader = threading.Thread(
             target=self._read, args=(pid, conn), name="queuecore-from-loop", daemon=True
         )
@@ -226,6 +234,15 @@ class LoopProcess:
             while self._conn is conn and self._out:
                 self._room.wait(WATCH_SLICE)
 
+    def abandon(self) -> None:
+        """Kill the loop process (the worker exits past its grace, W4); its death, seen
+        next, reports nothing: its jobs wait for their leases."""
+        with self._lock:
+            self._abandoned = True
+            pid = self._pid if self._conn is not None else 0
+        if pid:
+            kill_and_wait(pid, ABANDON_WAIT)
+
     def _close(self) -> None:
         """Stop the process (it exits when its socket closes) and wait for the reader
         thread to reap it."""
@@ -289,6 +306,8 @@ class LoopProcess:
             self._room.notify_all()
         killed = self._killed.pop(conn, None)
         conn.close()
+        if self._abandoned:  # the worker exits: its fork server reaps the child
+            return
         code = self.server.wait(pid)
         assert self._roles is not None
         roles = self._roles
