@@ -143,7 +143,9 @@ class Backend:
 
     def complete_fenced(self, ops: QueueStatements, batch: Sequence[Job]) -> Hot[Completions]:
         """Fenced completes of many jobs in one transaction (no effects): one statement
-        per job; a backend may do it in one. One round: `finish` answers `complete_many`."""
+        per job; a backend may do it in one. One round: `finish` answers `complete_many`.
+        Where an UPDATE returns no rows (MariaDB) the core does it instead, in two
+        statements: the fences read under row locks, then one UPDATE by id."""
         steps = [(ops.hot_complete, ops.fence(job)) for job in batch]
         return Hot(steps, lambda outcomes: Completions(count == 1 for count, _, _ in outcomes))
 

@@ -72,6 +72,17 @@ def test_r09_complete_many_never_completes_a_job_twice(queue):
     assert queue.complete_many([job]) == [False]
 
 
+def test_r08_complete_many_refuses_a_job_whose_lease_ran_out_on_its_last_attempt(queue, clock):
+    # Its token still matches: only the lease's end on the last attempt fences it off.
+    queue.enqueue("k", {}, max_attempts=1)
+    queue.enqueue("k", {})
+    last, other = queue.claim("w", limit=2)
+    clock.advance(LEASE + 1)
+    assert queue.complete_many([last, other]) == [False, True]
+    assert queue.get(last.id).state == "dead"
+    assert queue.get(other.id).state == "done"
+
+
 def test_r09_complete_many_of_nothing_is_nothing(queue):
     assert queue.complete_many([]) == []
     assert queue.complete_many([], effects=[]) == []

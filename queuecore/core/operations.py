@@ -239,6 +239,8 @@ class Operations(StatementSet):
             if not batch:
                 return Ready(Completions())
             if all(v is None for v in values):
+                if not self.backend.update_returning:  # two statements, not one per job
+                    return Tx(programs.complete_picked(self, batch))
                 return self.backend.complete_fenced(self, batch)
             steps = [
                 (

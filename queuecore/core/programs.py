@@ -108,6 +108,23 @@ def complete_each(
     return outcome
 
 
+def complete_picked(ops: Operations, batch: list[Job]) -> Program[Completions]:
+    """R09 for many jobs in two statements, where an UPDATE returns nothing: the fences
+    are read under row locks, then the rows whose fence passed are completed by id. The
+    same claim listed twice completes once, as two calls to complete() would."""
+    ids = sorted({job.id for job in batch})
+    held = {tuple(row) for row in (yield Run(ops.stmt_complete_pick, ops.params(job_ids=ids)))}
+    outcome = Completions()
+    for job in batch:
+        fence = (job.id, job.lease_token)
+        outcome.append(fence in held)
+        held.discard(fence)
+    passed = [job.id for job, done in zip(batch, outcome, strict=True) if done]
+    if passed:
+        yield Run(ops.stmt_complete_picked, ops.params(picked=passed))
+    return outcome
+
+
 def requeue(
     ops: Operations, stmt: Any, params: dict[str, Any], pick: Any = None
 ) -> Program[list[int]]:

@@ -39,6 +39,10 @@ class StatementSet:
         returning, subquery = self.backend.update_returning, self.backend.writes_read_own_table
         self.stmt_complete = s.complete(now)
         self.stmt_complete_result = s.complete_with_result(now)
+        #: Where an UPDATE returns nothing: many completes as a locked read of their
+        #: fences, then one UPDATE of those that passed.
+        self.stmt_complete_pick = s.complete_pick(now)
+        self.stmt_complete_picked = s.complete_picked(now)
         self.stmt_requeue_all = s.requeue_dead(now, by_id=False, returning=returning)
         self.stmt_requeue_ids = s.requeue_dead(now, by_id=True, returning=returning)
         #: Where an UPDATE returns nothing: the ids each requeue takes, read first.

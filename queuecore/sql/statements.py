@@ -329,6 +329,29 @@ def complete_batch(now: Now) -> Update:
     )
 
 
+def complete_pick(now: Now) -> AnySelect:
+    """Where an UPDATE returns nothing (MariaDB): of the jobs `job_ids`, those still held
+    and their tokens, locked, so that `complete_picked` then completes by id the very
+    rows whose fences the caller found passed, in the same transaction."""
+    ids = bindparam("job_ids", expanding=True, type_=BigInteger)
+    return (
+        select(jobs.c.id, jobs.c.lease_token)
+        .where(jobs.c.id.in_(ids), _held(now))
+        .with_for_update()
+    )
+
+
+def complete_picked(now: Now) -> Update:
+    """The jobs `picked` done: each one's fence was read, under its row lock, by
+    `complete_pick` in this transaction."""
+    picked = bindparam("picked", expanding=True, type_=BigInteger)
+    return (
+        update(jobs)
+        .where(jobs.c.id.in_(picked))
+        .values(state=DONE, finished_at=now, lease_token=None)
+    )
+
+
 def _failed(now: Now) -> ColumnElement[Any]:
     """R32: the history with this attempt's failure, in the statement that records it."""
     return appended_error(jobs.c.errors, jobs.c.attempts, now, bindparam("error"))
