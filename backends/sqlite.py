@@ -303,20 +303,26 @@ class SQLiteOptions:
     busy_timeout: float = 30.0
     sqlite_driver: str | None = engine_option(None)
 
+    def __post_init__(self) -> None:
+        """Checked once, as they are given, before anything opens; `synchronous` is kept
+        in the upper case its PRAGMA takes."""
+        mode = str(self.synchronous).upper()
+        if mode not in SYNCHRONOUS:
+            raise ValueError(f"synchronous must be one of {SYNCHRONOUS}, got {self.synchronous!r}")
+        if not self.busy_timeout > 0:
+            raise ValueError(
+                f"busy_timeout must be a positive number of seconds, got {self.busy_timeout!r}"
+            )
+        object.__setattr__(self, "synchronous", mode)
 
-def check_options(url: URL, synchronous: str, busy_timeout: float) -> str:
-    """The SQLite options checked before anything opens; the `synchronous` mode to set."""
+
+def refuse_in_memory(url: URL) -> None:
+    """Workers in other processes must open the same database: a file."""
     if url.database in (None, "", ":memory:"):
         raise ValueError(
             "an in-memory SQLite database cannot be shared by workers; "
             "name a file, e.g. sqlite:///jobs.db"
         )
-    mode = str(synchronous).upper()
-    if mode not in SYNCHRONOUS:
-        raise ValueError(f"synchronous must be one of {SYNCHRONOUS}, got {synchronous!r}")
-    if not busy_timeout > 0:
-        raise ValueError(f"busy_timeout must be a positive number of seconds, got {busy_timeout!r}")
-    return mode
 
 
 class SQLiteQueue(SQLQueue):
@@ -337,9 +343,9 @@ class SQLiteQueue(SQLQueue):
         cls, bind: str | URL | Engine, options: SQLiteOptions = SQLiteOptions(), **pool: Any
     ) -> Engine:
         """The engine, with `options` (`SQLiteOptions`) and SQLAlchemy's `pool` options."""
-        synchronous, busy_timeout = options.synchronous, options.busy_timeout
+        busy_timeout = options.busy_timeout
         url = bind.url if isinstance(bind, Engine) else make_url(bind)
-        mode = check_options(url, synchronous, busy_timeout)
+        refuse_in_memory(url)
         if isinstance(bind, Engine):
             base = bind
             # The caller's engine is an SQLite one (the DSN chose this backend).
@@ -354,7 +360,8 @@ class SQLiteQueue(SQLQueue):
         if not chosen:
             _warn_if_unfixed(driver, dbapi, callers_engine=isinstance(bind, Engine))
         engine = base.execution_options(queuecore_sqlite=True)
-        begin_immediately(engine, busy_timeout, mode, _Patience(url.database, busy_timeout, dbapi))
+        patience = _Patience(url.database, busy_timeout, dbapi)
+        begin_immediately(engine, busy_timeout, options.synchronous, patience)
         return engine
 
     def make_backend(self) -> SQLiteBackend:
@@ -364,7 +371,7 @@ class SQLiteQueue(SQLQueue):
         return SQLiteBackend(
             self.engine.dialect,
             busy_timeout=busy_timeout,
-            synchronous=str(self.settings.synchronous).upper(),
+            synchronous=self.settings.synchronous,
             patience=patience,
         )
 

@@ -39,7 +39,6 @@ from .sqlite import (
     SQLiteQueue,
     _Patience,
     begin_immediately,
-    check_options,
 )
 
 #: Rows aiosqlite fetches per hop when a result is iterated.
@@ -87,14 +86,16 @@ async def open_sqlite(
     url: URL, queue: QueueOptions, options: SQLiteOptions, /, **pool: Any
 ) -> SQLiteAsyncDriver:
     busy_timeout = options.busy_timeout
-    mode = check_options(url, options.synchronous, busy_timeout)
     sync_url = url.set(drivername="sqlite")
-    sync_engine = SQLiteQueue.create_engine(sync_url, options, **pool)
+    sync_engine = SQLiteQueue.create_engine(sync_url, options, **pool)  # checks the url
     # The module the engine loaded, as `SQLiteQueue.create_engine` picked it.
     dbapi = cast(SQLiteModule, sync_engine.dialect.loaded_dbapi)
     patience = _Patience(str(url.database), busy_timeout, dbapi)
     backend = SQLiteBackend(
-        sync_engine.dialect, busy_timeout=busy_timeout, synchronous=mode, patience=patience
+        sync_engine.dialect,
+        busy_timeout=busy_timeout,
+        synchronous=options.synchronous,
+        patience=patience,
     )
     ops = Operations(backend, queue)  # checks every option before anything is written
     path = str(url.database)
@@ -112,7 +113,7 @@ async def open_sqlite(
         poolclass=AsyncAdaptedQueuePool,
         **pool,
     ).execution_options(queuecore_sqlite=True)
-    begin_immediately(engine.sync_engine, busy_timeout, mode, patience)
+    begin_immediately(engine.sync_engine, busy_timeout, options.synchronous, patience)
     await asyncio.to_thread(ensure_schema, sync_engine, migrate=backend.migrates_on_connect)
     return SQLiteAsyncDriver(engine, backend, ops, HotPath(sync_engine, backend))
 

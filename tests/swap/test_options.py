@@ -4,6 +4,8 @@ connects, and an engine handed in stays the caller's."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -62,6 +64,46 @@ def test_backend_only_options_are_used_where_they_mean_something(tmp_path):
         queue.engine.begin() as conn,
     ):
         assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 2  # FULL
+
+
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        ("synchronous", "SOMETIMES", r"synchronous must be one of \('OFF', 'NORMAL'"),
+        ("busy_timeout", 0, "busy_timeout must be a positive number of seconds, got 0"),
+    ],
+)
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_a_bad_sqlite_option_is_refused_before_the_file_is_made(
+    tmp_path, option, value, message, face
+):
+    path = tmp_path / "jobs.db"
+    dsn = f"sqlite:///{path}" if face == "sync" else f"sqlite+aiosqlite:///{path}"
+    with pytest.raises(ValueError, match=message):
+        if face == "sync":
+            queuecore.connect(dsn, **{option: value})
+        else:
+            asyncio.run(_open_async(dsn, **{option: value}))
+    assert not path.exists()
+
+
+async def _open_async(dsn: str, **options: object) -> None:
+    async with queuecore.connect_async(dsn, **options):
+        pass
+
+
+def test_synchronous_is_taken_in_either_case(tmp_path):
+    with (
+        queuecore.connect(f"sqlite:///{tmp_path / 'jobs.db'}", synchronous="full") as queue,
+        queue.engine.begin() as conn,
+    ):
+        assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 2  # FULL
+
+
+@pytest.mark.parametrize("dsn", ["sqlite://", "sqlite:///:memory:"])
+def test_an_in_memory_sqlite_database_is_refused(dsn):
+    with pytest.raises(ValueError, match="an in-memory SQLite database cannot be shared"):
+        queuecore.connect(dsn)
 
 
 def test_notify_false_is_kept_on_postgresql(dsn, backend):
