@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from queuecore.worker.claimer import AUTO_PREFETCH_MOST, auto_prefetch
 from queuecore.worker.holdings import Holdings
-from queuecore.worker.processes.handler_slot import AHEAD_MOST, jobs_ahead
+from queuecore.worker.processes.slot_rules import AHEAD_MOST, jobs_ahead
 from tests.worker.processes import queuecore_process, wait_until
 
 

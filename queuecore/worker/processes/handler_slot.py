@@ -36,12 +36,10 @@ from multiprocessing.connection import Connection
 from queuecore.executors.hotpath import connect_per_call
 from queuecore.handling import Crashed, Lease, Raised
 from queuecore.observe.observer import WorkerObserver
-from queuecore.observe.worklog import describe
 from queuecore.worker.holdings import Holdings
 from queuecore.worker.processes.handler_processes import ForkServer, HandlerProcessError, exit_text
 from queuecore.worker.processes.messages import (
     JobCompleting,
-    Jobs,
     JobsUnstarted,
     Lost,
     Message,
@@ -51,40 +49,21 @@ from queuecore.worker.processes.messages import (
     send,
 )
 from queuecore.worker.processes.shared import RUNNING, kill_and_wait
+from queuecore.worker.processes.slot_rules import (
+    ABANDON_WAIT,
+    WATCH_SLICE,
+    jobs_ahead,
+    send_jobs,
+    undeliverable,
+)
 from queuecore.worker.reporter import Reporter
 from queuecore.worker.time_limits import NO_LIMITS, StopClock, TimeLimits
 
-#: Jobs a handler process holds beyond the one it runs: one, so that it never waits
-#: between two jobs, and, while its handlers are short, up to AHEAD_MOST, about
-#: AHEAD_SECONDS of work, so that several jobs share a message. Never many: a job sent
-#: to a handler process is one that another free slot cannot take while a long
-#: handler runs (a crash gives it back uncharged, as any job not started).
-AHEAD_SECONDS = 0.01
-AHEAD_MOST = 8
 #: A handler running this long (or LONG_FACTOR times the mean, when that is longer)
 #: gives the jobs queued behind it back to the other slots, and its slot takes none
 #: ahead until it returns: a slow job never holds short ones while a slot is free.
 LONG_SECONDS = 0.25
 LONG_FACTOR = 20
-WATCH_SLICE = 0.1  # the longest wait for a message before leases and stop are looked at
-#: How long a worker exiting past its grace waits for each handler process it killed
-#: to have died (W4): a process in the middle of its exit takes no longer than this.
-ABANDON_WAIT = 5.0
-
-
-def undeliverable(exc: BaseException) -> str:
-    """The error of a job that cannot be handed to a handler process (W10)."""
-    return (
-        f"the job cannot be sent to its handler process ({describe(exc)}); its payload is the cause"
-    )
-
-
-def jobs_ahead(handler_seconds: float | None) -> int:
-    """How many jobs to keep a handler process ahead, for handlers that ran
-    `handler_seconds` on average (None: not timed yet)."""
-    if handler_seconds is None:
-        return 1
-    return max(1, min(AHEAD_MOST, int(AHEAD_SECONDS / max(handler_seconds, 1e-6))))
 
 
 def running_long(oldest: Sent, holdings: Holdings) -> bool:
@@ -247,24 +226,20 @@ class HandlerProcess:
 
     @staticmethod
     def _send_jobs(child: Child, sent: list[Sent], out: deque[Sent], reporter: Reporter) -> None:
-        """Send the jobs in one message; when that cannot be pickled (W10: a payload nested
-        too deep, say), send them one by one, and fail each job that cannot go, alone,
-        naming why. A pickling error leaves nothing on the socket: it pickles first."""
-        try:
-            send(child.conn, Jobs([(s.number, s.lease.job) for s in sent]))
-            return
-        except (EOFError, OSError):
-            raise  # the child died: the caller gives every job out back
-        except Exception:  # each job is tried alone below
-            pass
-        for s in sent:
-            try:
-                send(child.conn, Jobs([(s.number, s.lease.job)]))
-            except (EOFError, OSError):
-                raise
-            except Exception as exc:
-                out.remove(s)
-                reporter.report(s.lease, Raised(undeliverable(exc)), time.monotonic())
+        """The jobs in one message, or one by one where that cannot be pickled (W10);
+        a job that cannot go at all fails alone, naming why."""
+        by_ticket = {s.number: s for s in sent}
+
+        def refused(ticket: int, exc: BaseException) -> None:
+            s = by_ticket[ticket]
+            out.remove(s)
+            reporter.report(s.lease, Raised(undeliverable(exc)), time.monotonic())
+
+        send_jobs(
+            lambda message: send(child.conn, message),
+            [(s.number, s.lease.job) for s in sent],
+            refused,
+        )
 
     def _stop_if_due(self, child: Child, running: Sent) -> None:
         """Kill the handler process once the job it runs is past its time limit, or past

@@ -45,17 +45,10 @@ from queuecore.observe.observer import WorkerObserver
 from queuecore.observe.worklog import log
 from queuecore.worker.holdings import Holdings
 from queuecore.worker.processes.handler_processes import ForkServer, exit_text
-from queuecore.worker.processes.handler_slot import (
-    ABANDON_WAIT,
-    WATCH_SLICE,
-    jobs_ahead,
-    undeliverable,
-)
 from queuecore.worker.processes.messages import (
     Cancel,
     JobCancelled,
     JobCompleting,
-    Jobs,
     JobsStarted,
     JobsUnstarted,
     Lost,
@@ -67,6 +60,13 @@ from queuecore.worker.processes.messages import (
     unwire,
 )
 from queuecore.worker.processes.shared import kill_and_wait
+from queuecore.worker.processes.slot_rules import (
+    ABANDON_WAIT,
+    WATCH_SLICE,
+    jobs_ahead,
+    send_jobs,
+    undeliverable,
+)
 from queuecore.worker.reporter import Reporter
 from queuecore.worker.time_limits import CANCEL_WAIT, NO_LIMITS, StopClock, TimeLimits
 
@@ -204,24 +204,19 @@ class LoopProcess:
             self._send_jobs(conn, jobs)
 
     def _send_jobs(self, conn: Connection, jobs: list[tuple[int, Any]]) -> None:
-        """Send the jobs in one message; when that cannot be pickled, one by one, each
-        job that cannot go at all failing alone (W10). Pickling comes before any write."""
-        try:
-            self._tell(conn, Jobs(jobs))
-            return
-        except Exception:  # each job is tried alone below
-            pass
-        for ticket, job in jobs:
-            try:
-                self._tell(conn, Jobs([(ticket, job)]))
-            except Exception as exc:
-                with self._lock:
-                    sent = self._out.pop(ticket, None)
-                    self._room.notify_all()
-                if sent is not None:
-                    assert self._roles is not None
-                    failed = Raised(undeliverable(exc))
-                    self._report(self._roles.reporter.report, sent.lease, failed, time.monotonic())
+        """The jobs in one message, or one by one where that cannot be pickled (W10); a
+        job that cannot go at all fails alone, naming why."""
+
+        def refused(ticket: int, exc: BaseException) -> None:
+            with self._lock:
+                sent = self._out.pop(ticket, None)
+                self._room.notify_all()
+            if sent is not None:
+                assert self._roles is not None
+                failed = Raised(undeliverable(exc))
+                self._report(self._roles.reporter.report, sent.lease, failed, time.monotonic())
+
+        send_jobs(lambda message: self._tell(conn, message), jobs, refused)
 
     def _finish(self) -> None:
         """Stopping: the child gives back the jobs it has not begun; wait for the rest."""

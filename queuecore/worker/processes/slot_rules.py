@@ -1,0 +1,65 @@
+"""What both kinds of slot do alike, on the worker's side of a handler process
+(`queuecore.worker.processes.handler_slot`) or of the event-loop process
+(`queuecore.worker.processes.loop_slot`): how far ahead a child is kept, how often a
+slot looks up from its socket, how jobs are sent so that one that cannot be (W10) fails
+alone, and how long a child killed at the worker's exit is waited for (W4)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from queuecore.job import Job
+from queuecore.observe.worklog import describe
+from queuecore.worker.processes.messages import Jobs, Message
+
+#: Jobs a child holds beyond those it runs: one, so that it never waits between two
+#: jobs, and, while its handlers are short, up to AHEAD_MOST, about AHEAD_SECONDS of
+#: work, so that several jobs share a message. Never many: a job sent to a child is one
+#: that another free slot cannot take while a long handler runs (a crash gives it back
+#: uncharged, as any job not started).
+AHEAD_SECONDS = 0.01
+AHEAD_MOST = 8
+WATCH_SLICE = 0.1  # the longest wait for a message before leases and stop are looked at
+#: How long a worker exiting past its grace waits for each child it killed to have
+#: died (W4): a process in the middle of its exit takes no longer than this.
+ABANDON_WAIT = 5.0
+
+
+def jobs_ahead(handler_seconds: float | None) -> int:
+    """How many jobs to keep a child ahead, for handlers that ran `handler_seconds` on
+    average (None: not timed yet)."""
+    if handler_seconds is None:
+        return 1
+    return max(1, min(AHEAD_MOST, int(AHEAD_SECONDS / max(handler_seconds, 1e-6))))
+
+
+def undeliverable(exc: BaseException) -> str:
+    """The error of a job that cannot be handed to a handler process (W10)."""
+    return (
+        f"the job cannot be sent to its handler process ({describe(exc)}); its payload is the cause"
+    )
+
+
+def send_jobs(
+    send: Callable[[Message], None],
+    jobs: list[tuple[int, Job]],
+    refused: Callable[[int, BaseException], None],
+) -> None:
+    """Send the jobs, by ticket, in one message; when that cannot be pickled (W10: a
+    payload nested too deep, say), one by one, and hand each that cannot go at all to
+    `refused` with why, so that it fails alone. A pickling error leaves nothing on the
+    socket (it pickles first); a dead socket's error (EOFError, OSError) is the caller's."""
+    try:
+        send(Jobs(jobs))
+        return
+    except (EOFError, OSError):
+        raise
+    except Exception:  # each job is tried alone below
+        pass
+    for ticket, job in jobs:
+        try:
+            send(Jobs([(ticket, job)]))
+        except (EOFError, OSError):
+            raise
+        except Exception as exc:
+            refused(ticket, exc)
