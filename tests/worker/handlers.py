@@ -61,6 +61,16 @@ def crash(job: Job) -> None:
     os._exit(job.payload.get("code", 3))
 
 
+@REGISTRY.handler("crash-in-effect")
+def crash_in_effect(job: Job) -> Effect:
+    """Returns an effect that ends its process inside the completion's transaction."""
+
+    def effect(conn: object) -> None:
+        os._exit(3)
+
+    return effect
+
+
 @REGISTRY.handler("watch-lease")
 def watch_lease(job: Job) -> None:
     """Says it started, waits to hear that its lease was lost (W3), and writes down

@@ -124,6 +124,7 @@ def test_w7_an_async_handler_that_kills_its_process_charges_only_the_jobs_runnin
         snap = queue.get(crashing)
         assert (snap.state, snap.attempts) == ("dead", 1), snap
         assert named in snap.last_error and "handler process" in snap.last_error, snap.last_error
+        assert snap.last_error.endswith("while running the handler"), snap.last_error
         wait_until(lambda: queue.get(running).state == "dead", worker, log)
         assert named in queue.get(running).last_error, queue.get(running).last_error
         # The handlers that had returned wait in the window, uncharged and still held.

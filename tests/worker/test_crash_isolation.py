@@ -50,6 +50,7 @@ def test_w7_a_handler_that_kills_its_process_is_failed_at_once_naming_the_exit(
         snap = queue.get(crashing)
         assert (snap.state, snap.attempts) == ("dead", 1), snap
         assert named in snap.last_error and "handler process" in snap.last_error, snap.last_error
+        assert snap.last_error.endswith("while running the handler"), snap.last_error
         # The handlers that had returned wait in the window, uncharged and still held.
         assert [queue.get(i).state for i in returned] == ["running"] * 3
 
@@ -61,6 +62,26 @@ def test_w7_a_handler_that_kills_its_process_is_failed_at_once_naming_the_exit(
     for job_id in [*returned, after]:
         snap = queue.get(job_id)
         assert (snap.state, snap.attempts, snap.last_error) == ("done", 1, None), snap
+
+
+def test_w7_a_handler_process_that_dies_in_its_effect_is_charged_naming_the_effect(
+    make_queue, dsn, tmp_path
+):
+    # The child commits an effect with the completion itself (R10): dying before that
+    # commit is the job's, as its effect is handler code too.
+    queue = make_queue(clock=None)
+    crashing = queue.enqueue("crash-in-effect", {}, queue="crash", max_attempts=1).id
+    log = tmp_path / "worker.log"
+    with queuecore_process(*WORKER, "--dsn", dsn, log=log) as worker:
+        wait_until(settled(queue, crashing), worker, log, timeout=60)
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=60) == 0, log.read_text()
+    snap = queue.get(crashing)
+    assert (snap.state, snap.attempts) == ("dead", 1), snap
+    assert (
+        "exited with code 3 while running the handler's effect (the completion did not commit)"
+        in snap.last_error
+    ), snap.last_error
 
 
 def test_w7_a_crash_with_attempts_left_is_retried_and_counted_once(make_queue, dsn, tmp_path):

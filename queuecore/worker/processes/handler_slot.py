@@ -34,10 +34,10 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
 from queuecore.executors.hotpath import connect_per_call
-from queuecore.handling import Crashed, Lease, Raised
+from queuecore.handling import Lease, Raised
 from queuecore.observe.observer import WorkerObserver
 from queuecore.worker.holdings import Holdings
-from queuecore.worker.processes.handler_processes import ForkServer, HandlerProcessError, exit_text
+from queuecore.worker.processes.handler_processes import ForkServer, HandlerProcessError
 from queuecore.worker.processes.messages import (
     JobCompleting,
     JobsUnstarted,
@@ -51,7 +51,10 @@ from queuecore.worker.processes.messages import (
 from queuecore.worker.processes.shared import RUNNING, kill_and_wait
 from queuecore.worker.processes.slot_rules import (
     ABANDON_WAIT,
+    COMMITTING_EFFECT,
+    RUNNING_HANDLER,
     WATCH_SLICE,
+    died_while,
     jobs_ahead,
     send_jobs,
     undeliverable,
@@ -81,7 +84,7 @@ class Sent:
     lease: Lease
     started: float = 0.0  # time.monotonic() when it became the oldest job out
     told_lost: bool = False
-    effect: bool = False  # the child said it is committing the job's effect
+    doing: str = RUNNING_HANDLER  # or COMMITTING_EFFECT, once the child said so
     clock: StopClock | None = None  # its time limit and cancel grace, if any
 
 
@@ -278,7 +281,8 @@ class HandlerProcess:
     ) -> None:
         """A job's outcome, for the oldest job out: a handler process runs them in order."""
         if isinstance(message, JobCompleting):  # a heartbeat finding it done is no loss
-            out[0].lease.reporting = out[0].effect = True
+            out[0].lease.reporting = True
+            out[0].doing = COMMITTING_EFFECT
             return
         ticket, outcome, seconds = job_ended(message)
         sent = out.popleft()
@@ -316,12 +320,5 @@ class HandlerProcess:
                 stopped = Raised(f"{killed.why} (its handler process, pid {child.pid}, was killed)")
                 reporter.report(sent.lease, stopped, sent.started)
                 continue
-            doing = (
-                "the handler's effect (the completion did not commit)"
-                if sent.effect
-                else "the handler"
-            )
-            crashed = Crashed(
-                f"its handler process (pid {child.pid}) {exit_text(code)} while running {doing}"
-            )
+            crashed = died_while(child.pid, code, sent.doing)
             reporter.report(sent.lease, crashed, sent.started)

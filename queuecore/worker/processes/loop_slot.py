@@ -44,7 +44,7 @@ from queuecore.handling import Crashed, Lease, Outcome, Raised
 from queuecore.observe.observer import WorkerObserver
 from queuecore.observe.worklog import log
 from queuecore.worker.holdings import Holdings
-from queuecore.worker.processes.handler_processes import ForkServer, exit_text
+from queuecore.worker.processes.handler_processes import ForkServer
 from queuecore.worker.processes.messages import (
     Cancel,
     JobCancelled,
@@ -62,7 +62,10 @@ from queuecore.worker.processes.messages import (
 from queuecore.worker.processes.shared import kill_and_wait
 from queuecore.worker.processes.slot_rules import (
     ABANDON_WAIT,
+    COMMITTING_EFFECT,
+    RUNNING_HANDLER,
     WATCH_SLICE,
+    died_while,
     jobs_ahead,
     send_jobs,
     undeliverable,
@@ -82,7 +85,7 @@ class Sent:
     conn: Connection
     begun: float | None = None  # time.monotonic() when the child said its handler began
     told_lost: bool = False
-    doing: str = "the handler"
+    doing: str = RUNNING_HANDLER  # or COMMITTING_EFFECT, once the child said so
     clock: StopClock | None = None  # its time limit and cancel grace, if any
     stopping: tuple[float, str] | None = None  # when the child was asked to cancel it, why
 
@@ -324,9 +327,7 @@ class LoopProcess:
                     f"to stop job {killed.lease.job.id}, whose task did not end when cancelled"
                 )
             else:
-                crashed = Crashed(
-                    f"its handler process (pid {pid}) {exit_text(code)} while running {sent.doing}"
-                )
+                crashed = died_while(pid, code, sent.doing)
             self._report(roles.reporter.report, sent.lease, crashed, sent.begun)
 
     def _take(self, message: Message) -> None:
@@ -363,7 +364,7 @@ class LoopProcess:
             with self._lock:
                 sent = self._out[message.ticket]
             sent.lease.reporting = True
-            sent.doing = "the handler's effect (the completion did not commit)"
+            sent.doing = COMMITTING_EFFECT
             return
         ticket, outcome, seconds = job_ended(message)
         with self._lock:

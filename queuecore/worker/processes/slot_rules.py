@@ -2,14 +2,17 @@
 (`queuecore.worker.processes.handler_slot`) or of the event-loop process
 (`queuecore.worker.processes.loop_slot`): how far ahead a child is kept, how often a
 slot looks up from its socket, how jobs are sent so that one that cannot be (W10) fails
-alone, and how long a child killed at the worker's exit is waited for (W4)."""
+alone, what a job's error says when its child died under it (W7), and how long a child
+killed at the worker's exit is waited for (W4)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from queuecore.handling import Crashed
 from queuecore.job import Job
 from queuecore.observe.worklog import describe
+from queuecore.worker.processes.handler_processes import exit_text
 from queuecore.worker.processes.messages import Jobs, Message
 
 #: Jobs a child holds beyond those it runs: one, so that it never waits between two
@@ -23,6 +26,17 @@ WATCH_SLICE = 0.1  # the longest wait for a message before leases and stop are l
 #: How long a worker exiting past its grace waits for each child it killed to have
 #: died (W4): a process in the middle of its exit takes no longer than this.
 ABANDON_WAIT = 5.0
+
+
+#: What a job's handler process was doing when it died (W7), as the job's error says:
+#: its handler, or the effect it returned, committed with the completion in the child.
+RUNNING_HANDLER = "the handler"
+COMMITTING_EFFECT = "the handler's effect (the completion did not commit)"
+
+
+def died_while(pid: int, code: int, doing: str) -> Crashed:
+    """The outcome of a job whose handler process died under it, naming the exit."""
+    return Crashed(f"its handler process (pid {pid}) {exit_text(code)} while running {doing}")
 
 
 def jobs_ahead(handler_seconds: float | None) -> int:
