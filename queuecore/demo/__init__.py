@@ -132,7 +132,7 @@ def run(
                 )
             finally:
                 stop_codes = pool.stop()
-        return verdict(out, queue.engine, queue_name, kinds, elapsed, pool, stop_codes)
+        return verdict(out, queue, queue_name, kinds, elapsed, pool, stop_codes)
     finally:
         queue.close()
 

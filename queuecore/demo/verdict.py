@@ -9,11 +9,12 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import IO, Any
 
-from sqlalchemy import Engine, and_, func, select
+from sqlalchemy import and_, func, select
 
 from queuecore.demo.jobs import KINDS, ledger
 from queuecore.demo.pool import WorkerPool
 from queuecore.observe.tables import render
+from queuecore.protocol import Queue
 from queuecore.sql.schema import jobs
 
 
@@ -25,14 +26,14 @@ class KindVerdict:
 
 def verdict(
     out: IO[str],
-    engine: Engine,
+    queue: Queue,
     queue_name: str,
     kinds: dict[int, str],
     elapsed: float,
     pool: WorkerPool,
     stop_codes: list[int],
 ) -> bool:
-    found = outcomes(engine, queue_name)
+    found = outcomes(queue, queue_name)
     judged = [_judge(kind, [r for r in found if r["kind"] == kind.name]) for kind in KINDS]
     finished = sum(1 for r in found if r["state"] in ("done", "dead"))
     lost = len(kinds) - len(found)
@@ -72,19 +73,35 @@ def verdict(
     return True
 
 
-def outcomes(engine: Engine, queue_name: str) -> list[dict[str, Any]]:
-    """Every job of the run with its state, attempts and how many ledger rows it wrote."""
+def outcomes(queue: Queue, queue_name: str) -> list[dict[str, Any]]:
+    """Every job of the run with its state and attempts as the queue reports them, and
+    how many ledger rows it wrote. Read through `get`, not from the rows: a job whose
+    lease ended on its last attempt is dead (R08) before any claim writes it so, and the
+    run may end, its stats saying nothing is left, before one does."""
     ledger_rows = (
         select(func.count())
         .where(and_(ledger.c.job_id == jobs.c.id, ledger.c.queue == jobs.c.queue))
         .scalar_subquery()
         .label("ledger")
     )
-    stmt = select(
-        jobs.c.id, jobs.c.kind, jobs.c.state, jobs.c.attempts, jobs.c.max_attempts, ledger_rows
-    ).where(jobs.c.queue == queue_name)
-    with engine.connect() as conn:
-        return [dict(row._mapping) for row in conn.execute(stmt)]
+    stmt = select(jobs.c.id, ledger_rows).where(jobs.c.queue == queue_name)
+    with queue.engine.connect() as conn:
+        counted = conn.execute(stmt).all()
+    found = []
+    for job_id, rows in counted:
+        snap = queue.get(job_id)
+        if snap is not None:  # one gone since counts as lost
+            found.append(
+                {
+                    "id": job_id,
+                    "kind": snap.kind,
+                    "state": snap.state,
+                    "attempts": snap.attempts,
+                    "max_attempts": snap.max_attempts,
+                    "ledger": rows,
+                }
+            )
+    return found
 
 
 def _judge(kind: Any, rows: list[dict[str, Any]]) -> KindVerdict:
