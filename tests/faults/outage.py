@@ -194,7 +194,7 @@ def drain_through_fault(
     assert stop_codes == [0] * workers and not pool.exits, (stop_codes, pool.exits, context)
     assert all(after[pid] > 0 for pid in pids), f"a worker stopped draining: {after} {context}"
 
-    found = {row["id"]: row for row in outcomes(queue.engine, queue_name)}
+    found = {row["id"]: row for row in outcomes(queue, queue_name)}
     assert found.keys() == kinds.keys(), f"jobs lost: {context}"
     rules = {k.name: k for k in KINDS}
     wrong = [

@@ -135,7 +135,7 @@ def test_a_host_cut_off_past_its_lease_is_fenced_off_and_resumes_without_a_resta
             codes = [pool.stop() for pool in pools]
             for pool in pools:
                 pool.log.close()
-        found = outcomes(queue.engine, queue_name)
+        found = outcomes(queue, queue_name)
     said = [log.read_text() for log in logs]
     assert alive == [True, True] and codes == [[0], [0]], said[0][-3000:]
     assert len(found) == sum(enqueued)
