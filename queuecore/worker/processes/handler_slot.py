@@ -48,16 +48,15 @@ from queuecore.worker.processes.messages import (
     receive,
     send,
 )
-from queuecore.worker.processes.shared import RUNNING, kill_and_wait
+from queuecore.worker.processes.shared import RUNNING
 from queuecore.worker.processes.slot_rules import (
-    ABANDON_WAIT,
     COMMITTING_EFFECT,
     RUNNING_HANDLER,
     WATCH_SLICE,
+    abandon_child,
     died_while,
     jobs_ahead,
     send_jobs,
-    undeliverable,
 )
 from queuecore.worker.reporter import Reporter
 from queuecore.worker.time_limits import NO_LIMITS, StopClock, TimeLimits
@@ -156,7 +155,7 @@ class HandlerProcess:
         self._abandoned = True
         child = self._child
         if child is not None:
-            kill_and_wait(child.pid, ABANDON_WAIT)
+            abandon_child(child.pid)
 
     def close(self) -> None:
         """Stop the handler process: it exits when its socket closes."""
@@ -233,10 +232,10 @@ class HandlerProcess:
         a job that cannot go at all fails alone, naming why."""
         by_ticket = {s.number: s for s in sent}
 
-        def refused(ticket: int, exc: BaseException) -> None:
+        def refused(ticket: int, failed: Raised) -> None:
             s = by_ticket[ticket]
             out.remove(s)
-            reporter.report(s.lease, Raised(undeliverable(exc)), time.monotonic())
+            reporter.report(s.lease, failed, time.monotonic())
 
         send_jobs(
             lambda message: send(child.conn, message),

@@ -59,16 +59,14 @@ from queuecore.worker.processes.messages import (
     send,
     unwire,
 )
-from queuecore.worker.processes.shared import kill_and_wait
 from queuecore.worker.processes.slot_rules import (
-    ABANDON_WAIT,
     COMMITTING_EFFECT,
     RUNNING_HANDLER,
     WATCH_SLICE,
+    abandon_child,
     died_while,
     jobs_ahead,
     send_jobs,
-    undeliverable,
 )
 from queuecore.worker.reporter import Reporter
 from queuecore.worker.time_limits import CANCEL_WAIT, NO_LIMITS, StopClock, TimeLimits
@@ -210,13 +208,12 @@ class LoopProcess:
         """The jobs in one message, or one by one where that cannot be pickled (W10); a
         job that cannot go at all fails alone, naming why."""
 
-        def refused(ticket: int, exc: BaseException) -> None:
+        def refused(ticket: int, failed: Raised) -> None:
             with self._lock:
                 sent = self._out.pop(ticket, None)
                 self._room.notify_all()
             if sent is not None:
                 assert self._roles is not None
-                failed = Raised(undeliverable(exc))
                 self._report(self._roles.reporter.report, sent.lease, failed, time.monotonic())
 
         send_jobs(lambda message: self._tell(conn, message), jobs, refused)
@@ -239,7 +236,7 @@ class LoopProcess:
             self._abandoned = True
             pid = self._pid if self._conn is not None else 0
         if pid:
-            kill_and_wait(pid, ABANDON_WAIT)
+            abandon_child(pid)
 
     def _close(self) -> None:
         """Stop the process (it exits when its socket closes) and wait for the reader

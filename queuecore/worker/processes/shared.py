@@ -1,14 +1,10 @@
 """What the worker, its fork server and both kinds of handler process share: the word
-of memory in which a handler process says which job it runs, the worker's pid, and how
-the worker stops a handler process for good."""
+of memory in which a handler process says which job it runs, and the worker's pid."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import select
-import signal
 import struct
 import tempfile
 
@@ -43,25 +39,3 @@ def shared_word() -> int:
         os.unlink(path)
     os.ftruncate(fd, RUNNING.size)
     return fd
-
-
-def kill_and_wait(pid: int, wait: float) -> None:
-    """SIGKILL a handler process (the fork server's child, which the worker cannot reap)
-    and wait up to `wait` seconds until it has died, where the system can tell (Linux's
-    pidfd: a dead process counts even before it is reaped), so that a worker which
-    exits leaves no handler of its own running."""
-    if not hasattr(os, "pidfd_open"):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        return
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:  # gone already
-        return
-    try:
-        signal.pidfd_send_signal(fd, signal.SIGKILL)
-        select.select([fd], [], [], wait)
-    except ProcessLookupError:
-        pass
-    finally:
-        os.close(fd)

@@ -7,9 +7,13 @@ killed at the worker's exit is waited for (W4)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import select
+import signal
 from collections.abc import Callable
 
-from queuecore.handling import Crashed
+from queuecore.handling import Crashed, Raised
 from queuecore.job import Job
 from queuecore.observe.worklog import describe
 from queuecore.worker.processes.handler_processes import exit_text
@@ -47,22 +51,45 @@ def jobs_ahead(handler_seconds: float | None) -> int:
     return max(1, min(AHEAD_MOST, int(AHEAD_SECONDS / max(handler_seconds, 1e-6))))
 
 
-def undeliverable(exc: BaseException) -> str:
-    """The error of a job that cannot be handed to a handler process (W10)."""
-    return (
+def undeliverable(exc: BaseException) -> Raised:
+    """The outcome of a job that cannot be handed to a handler process (W10)."""
+    return Raised(
         f"the job cannot be sent to its handler process ({describe(exc)}); its payload is the cause"
     )
+
+
+def abandon_child(pid: int) -> None:
+    """SIGKILL a child (the fork server's, which the worker cannot reap) as the worker
+    exits past its grace (W4), and wait up to ABANDON_WAIT for its death, where the
+    system can tell (Linux's pidfd: a dead process counts even before it is reaped), so
+    that a worker which exits leaves no handler of its own running."""
+    if not hasattr(os, "pidfd_open"):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        return
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:  # gone already
+        return
+    try:
+        signal.pidfd_send_signal(fd, signal.SIGKILL)
+        select.select([fd], [], [], ABANDON_WAIT)
+    except ProcessLookupError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def send_jobs(
     send: Callable[[Message], None],
     jobs: list[tuple[int, Job]],
-    refused: Callable[[int, BaseException], None],
+    refused: Callable[[int, Raised], None],
 ) -> None:
     """Send the jobs, by ticket, in one message; when that cannot be pickled (W10: a
     payload nested too deep, say), one by one, and hand each that cannot go at all to
-    `refused` with why, so that it fails alone. A pickling error leaves nothing on the
-    socket (it pickles first); a dead socket's error (EOFError, OSError) is the caller's."""
+    `refused` with the outcome that says why, so that it fails alone. A pickling error
+    leaves nothing on the socket (it pickles first); a dead socket's error (EOFError,
+    OSError) is the caller's."""
     try:
         send(Jobs(jobs))
         return
@@ -76,4 +103,4 @@ def send_jobs(
         except (EOFError, OSError):
             raise
         except Exception as exc:
-            refused(ticket, exc)
+            refused(ticket, undeliverable(exc))
