@@ -122,8 +122,9 @@ def test_w3_a_handler_in_its_process_hears_that_its_lease_was_lost(make_queue, d
 def test_w7_jobs_claimed_ahead_of_a_crash_are_given_back_uncharged(make_queue, dsn, tmp_path):
     """A prefetch widens what a crash could take: the crashing job's process already
     holds the job after it, and the worker holds more. Only the job whose handler ran is
-    charged; the one sent to the process had not started and is released (its attempt
-    given back), so every other job ends done on attempt 1 with no error."""
+    charged; the one sent to the process had not started and goes back to the worker's
+    holdings, for the next handler process, on the same claim, so every other job ends
+    done on attempt 1 with no error."""
     queue = make_queue(clock=None)
     crashing = queue.enqueue("crash", {"how": "sigkill"}, queue="crash", max_attempts=1).id
     ran = {
@@ -145,7 +146,7 @@ def test_w7_jobs_claimed_ahead_of_a_crash_are_given_back_uncharged(make_queue, d
         snap = queue.get(job_id)
         assert (snap.state, snap.attempts, snap.last_error) == ("done", 1, None), snap
     # One claim took all five; the job sent along with the crashing one went back.
-    assert log.read_text().count("released unstarted") == 1, log.read_text()
+    assert log.read_text().count("had not started: given back, uncharged") == 1, log.read_text()
 
 
 def descendants(pid: int) -> list[int]:

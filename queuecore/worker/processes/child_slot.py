@@ -1,0 +1,222 @@
+"""The worker's side of a handler process, one design for both kinds of child: a
+handler process (`queuecore.worker.processes.handler_slot`, one job at a time, one
+slot) and the event-loop process (`queuecore.worker.processes.loop_slot`, up to
+`--concurrency` jobs at once, as many slots).
+
+What is alike lives here, once:
+
+- the life of the child: started before the slot takes a job, its slots counted as
+  starting meanwhile so no job is claimed for them; forked again after it died; killed
+  and left to its fork server when the worker exits past its grace (W4);
+- the record of a job sent to it (`Sent`), by its ticket there;
+- how a handler it no longer waits for is stopped (W8, W9): asked first where the child
+  can be asked (a task can be cancelled; a sync handler cannot), then its process killed;
+- what its death means for each job out (W7): a job whose handler had begun there is
+  failed at once, naming the exit, or the limit it was killed for; a job not begun goes
+  back uncharged (R14), to the next child or, once stopping, to the queue.
+
+What differs is what the children differ in: how a slot learns that a handler began
+(the handler process writes the job's ticket into a word it shares with the worker; the
+loop process says so by message) and how the jobs are fed and read (one thread for a
+handler process, which runs its jobs in order; a feeder and a reader for the loop
+process, whose outcomes come back as its tasks end).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import signal
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any, Generic, TypeVar
+
+from queuecore.executors.hotpath import connect_per_call
+from queuecore.handling import Crashed, Lease, Outcome, Raised
+from queuecore.observe.observer import WorkerObserver
+from queuecore.observe.worklog import log
+from queuecore.worker.holdings import Holdings
+from queuecore.worker.processes.handler_processes import ForkServer
+from queuecore.worker.processes.slot_rules import RUNNING_HANDLER, abandon_child, died_while
+from queuecore.worker.reporter import Reporter
+from queuecore.worker.time_limits import NO_LIMITS, StopClock, TimeLimits
+
+
+@dataclass(eq=False, slots=True)
+class Sent:
+    """A job sent to a child, until its outcome (or the child's death) is known."""
+
+    ticket: int
+    lease: Lease
+    begun: float | None = None  # time.monotonic() when its handler began, as the slot saw it
+    told_lost: bool = False
+    doing: str = RUNNING_HANDLER  # or COMMITTING_EFFECT, once the child said so
+    clock: StopClock | None = None  # its time limit and cancel grace, if any
+    stopping: tuple[float, str] | None = None  # when it was found past them, and why
+
+
+@dataclass(eq=False, slots=True)
+class Child:
+    """One child process, while it runs."""
+
+    pid: int
+    conn: Connection
+    tickets: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+    killed: Sent | None = None  # the job it was killed to stop (W8, W9)
+
+
+@dataclass(slots=True)
+class Roles:
+    """What a slot works for: the worker's, given to `serve`."""
+
+    holdings: Holdings
+    reporter: Reporter
+    observer: WorkerObserver
+
+
+ChildT = TypeVar("ChildT", bound=Child)
+
+
+class ChildSlot(Generic[ChildT]):
+    """A child process serving `slots` of a worker's slots, forked again after it died.
+
+    A kind of child says how to start one (`_start`), how to run jobs through it until
+    stopping or its death (`_run`), how to close it (`_close`) and, where it can, how to
+    ask one of its handlers to stop (`_ask_to_stop`)."""
+
+    slots: int = 1
+    #: How long a handler asked to stop (W8, W9) has to end before its process is
+    #: killed: none where the child cannot be asked.
+    ask_first: float = 0.0
+    #: What the error of a job whose process was killed to stop it says happened first.
+    asked_text = ""
+
+    def __init__(self, server: ForkServer, limits: TimeLimits = NO_LIMITS) -> None:
+        self.server = server
+        self.limits = limits
+        self._child: ChildT | None = None
+        self._abandoned = False
+        self._roles: Roles | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._child is not None
+
+    def serve(self, holdings: Holdings, reporter: Reporter, observer: WorkerObserver) -> None:
+        """The slot: jobs until stopping. A child that is not started (at first, or
+        after it died) is started before the slot takes more jobs, and its slots count
+        as starting meanwhile, so that no job is claimed for them (the worker counted
+        them before the first start)."""
+        connect_per_call()  # a slot's reports are few: no connection of its own per slot
+        self._roles = Roles(holdings, reporter, observer)
+        pending = not self.started  # counted as starting by the worker, not yet started
+        try:
+            while not self._abandoned:
+                if not self.started:
+                    if not pending:
+                        holdings.starting(self.slots)
+                        pending = True
+                    try:
+                        self._start()
+                    finally:
+                        holdings.starting(-self.slots)
+                        pending = False
+                if not self._run(holdings):
+                    return
+        finally:
+            if pending:
+                holdings.starting(-self.slots)
+            self._close()
+
+    def abandon(self) -> None:
+        """Kill the child (the worker exits past its grace, W4); its death, seen next,
+        reports nothing: its jobs wait for their leases."""
+        self._abandoned = True
+        child = self._child
+        if child is not None:
+            abandon_child(child.pid)
+
+    def _start(self) -> None:
+        raise NotImplementedError
+
+    def _run(self, holdings: Holdings) -> bool:
+        """Jobs through the child: False once stopping, True when it died (every job it
+        held reported or given back; the caller starts another)."""
+        raise NotImplementedError
+
+    def _close(self) -> None:
+        raise NotImplementedError
+
+    def _ask_to_stop(self, child: ChildT, sent: Sent) -> None:
+        """Ask the child to stop this job's handler (nothing to do where it cannot be
+        asked: `ask_first` is then 0, and the process is killed at once)."""
+
+    def _report(self, report: Callable[..., None], *args: Any) -> None:
+        """A report or release, on the slot's thread unless a kind says otherwise."""
+        report(*args)
+
+    def _stop_due(self, child: ChildT, running: Iterable[Sent]) -> None:
+        """Stop each handler past its time limit, or past the cancel grace after its lease
+        was lost (W8, W9): asked first where the child can be asked, its process killed
+        `ask_first` later if it still runs (at once where it cannot be asked); the
+        child's death, seen next, is then that job's, failed with why."""
+        now = time.monotonic()
+        for sent in running:
+            if sent.clock is None or sent.begun is None:
+                continue
+            if sent.stopping is None:
+                why = sent.clock.why_stop(sent.begun, sent.lease.lost.is_set(), now)
+                if why is None:
+                    continue
+                sent.stopping = (now, why)
+                self._ask_to_stop(child, sent)
+            if child.killed is None and now - sent.stopping[0] >= self.ask_first:
+                child.killed = sent
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child.pid, signal.SIGKILL)
+
+    def _buried(self, child: ChildT, ended: list[Sent], began: Callable[[Sent], bool]) -> None:
+        """The child died with `ended` out, every message it sent read: a job whose handler
+        `began` there fails at once (W7; or with the reason it was killed, W8, W9), the
+        others go back uncharged. Nothing is reported when the worker abandoned it (W4)."""
+        if self._abandoned:  # the worker exits: its fork server reaps the child
+            return
+        code = self.server.wait(child.pid)
+        assert self._roles is not None
+        roles = self._roles
+        now = time.monotonic()
+        for sent in ended:
+            if sent.begun is not None:  # the observer was told it started
+                roles.observer.handler_ended(sent.lease.job, now - sent.begun)
+        unstarted = [sent.lease for sent in ended if not began(sent)]
+        if unstarted and roles.holdings.hand_back(unstarted):
+            log.info(
+                "%d job(s) sent to handler process %d had not started: given back, uncharged",
+                len(unstarted),
+                child.pid,
+            )
+        elif unstarted:
+            for lease in unstarted:
+                self._report(roles.reporter.release, lease)
+        for sent in ended:
+            if began(sent):
+                since = sent.begun if sent.begun is not None else now
+                failed = self._death(child, code, sent)
+                self._report(roles.reporter.report, sent.lease, failed, since)
+
+    def _death(self, child: Child, code: int, sent: Sent) -> Outcome:
+        """The failure of a job whose handler had begun in a child that died."""
+        killed = child.killed
+        if killed is None or killed.stopping is None:
+            return died_while(child.pid, code, sent.doing)
+        why = killed.stopping[1]
+        if sent is killed:
+            how = f"{self.asked_text}its handler process, pid {child.pid}, was killed"
+            return Raised(f"{why} ({how})")
+        return Crashed(
+            f"its handler process (pid {child.pid}) was killed while running {sent.doing}, "
+            f"to stop job {killed.lease.job.id} ({why})"
+        )
