@@ -5,9 +5,12 @@ string, a libpq conninfo string, and user names with unusual characters."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sqlalchemy import make_url
 
 from queuecore.cli.main import main
+from queuecore.core import dsn
 from queuecore.core.dsn import masked, secrets_of, shown
 
 SECRET = "Sekr1t"
@@ -85,3 +88,25 @@ def test_copy_reads_both_dsns_from_files(tmp_path, capsys):
     assert capsys.readouterr().out.startswith("copied 0 job(s)")
     assert main(["copy", "--from-file", str(tmp_path / "missing"), "--to-file", str(target)]) == 2
     assert "cannot read the DSN file" in capsys.readouterr().err
+
+
+# Pieces that make the patterns match, or nearly: keys in any case, a long s (U+017F, which
+# the patterns' case-blind matching reads as an "s"), separators and URL marks.
+PIECES = ["password", "PassWd", "pwd", "\u017fecret", "pa\u017f\u017fword", "TOKEN", "api_key"]
+PIECES += ["apiKey", "://", "=", " = ", "?", "&", ";", " ", "@", ":", "'", "é", "x", "db", "***"]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(st.text(), st.lists(st.sampled_from(PIECES), max_size=12).map("".join)))
+def test_text_passed_over_as_holding_no_secret_is_what_the_patterns_leave_alone(text):
+    """`masked` skips its patterns for text that cannot match them (the worker's line
+    per job): it must answer exactly what the patterns would."""
+    assert masked(text) == dsn._masked(text)
+    if not dsn.may_hold_secret(text):
+        assert masked(text) is text
+
+
+@pytest.mark.parametrize("text", ["pa\u017f\u017fword=x", "host=db PWD=x", "a://b:c@d", "ApiKey=1"])
+def test_text_that_may_hold_a_secret_is_looked_at(text):
+    assert dsn.may_hold_secret(text)
+    assert masked(text) != text

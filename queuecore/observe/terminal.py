@@ -27,6 +27,8 @@ def _escape(match: re.Match[str]) -> str:
 def printable(text: str) -> str:
     """`text` on one line with every control character written as an escape (ESC as
     \\x1b, a newline as \\x0a); tabs are kept."""
+    if text.isprintable():  # holds none of them (each is unprintable to Python)
+        return text
     return _UNSAFE.sub(_escape, text)
 
 

@@ -5,8 +5,12 @@ directly, as R29 refuses them in new names now) is printed as an escape by `stat
 from __future__ import annotations
 
 import sqlalchemy as sa
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from queuecore.cli.main import main
+from queuecore.observe import terminal
+from queuecore.observe.terminal import printable
 from queuecore.sql.schema import jobs
 from tests.worker.processes import run_queuecore
 
@@ -55,3 +59,11 @@ def test_a_workers_log_lines_print_control_characters_as_escapes(make_queue, db,
     assert [queue.get(i).state for i in (quick, failing)] == ["done", "dead"]
     assert_escaped(done.stderr)
     assert f"queue queue{SHOWN}" in done.stderr and f"boom {SHOWN}" in done.stderr
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet=st.characters(codec="utf-8")))
+def test_printable_text_passed_over_is_what_the_escaping_leaves_alone(text):
+    """`printable` returns text Python calls printable as it is: each character it escapes
+    is one Python calls unprintable, so the answer is the escaping's."""
+    assert printable(text) == terminal._UNSAFE.sub(terminal._escape, text)
