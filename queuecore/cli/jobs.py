@@ -181,7 +181,7 @@ def _show(args: argparse.Namespace) -> int:
         f"  queue       {snap.queue} (priority {snap.priority})",
         f"  attempts    {snap.attempts} of {snap.max_attempts}",
         f"  created     {shown['created_at']}",
-        f"  runs from   {shown['visible_at']}",
+        *_visible_at_line(snap.state, shown["visible_at"]),
         f"  finished    {shown['finished_at'] or '-'}",
         f"  worker      {snap.worker or '-'}",
         f"  dedupe key  {snap.dedupe_key or '-'}",
@@ -196,6 +196,17 @@ def _show(args: argparse.Namespace) -> int:
 
     print("\n".join(printable(line) for line in lines))
     return 0
+
+
+def _visible_at_line(state: str, visible_at: str | None) -> list[str]:
+    """What `visible_at` means for this job, said as such: when a queued job may run,
+    when a running job's lease ends (ADR 0001); nothing for a finished one, whose column
+    still holds the end of its last lease."""
+    if state == "queued":
+        return [f"  runs from   {visible_at}"]
+    if state == "running":
+        return [f"  lease ends  {visible_at}"]
+    return []
 
 
 def snapshot_fields(snap: Any) -> dict[str, Any]:

@@ -117,6 +117,24 @@ def test_show_prints_state_attempts_errors_and_result(capsys, queue, dsn):
     assert "no job 999999" in capsys.readouterr().err
 
 
+def test_show_says_what_the_jobs_time_means_in_its_state(capsys, queue, dsn):
+    """visible_at is when a queued job may run and when a running one's lease ends; a
+    finished job's still holds its last lease's end, which `show` leaves out."""
+    queued = queue.enqueue("report", {}).id
+    assert main(["show", str(queued), "--dsn", dsn]) == 0
+    text = capsys.readouterr().out
+    assert "runs from" in text and "lease ends" not in text
+    [job] = queue.claim("w1")
+    assert main(["show", str(queued), "--dsn", dsn]) == 0
+    text = capsys.readouterr().out
+    assert "lease ends" in text and "runs from" not in text
+    assert queue.complete(job)
+    assert main(["show", str(queued), "--dsn", dsn]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"job {queued}: done")
+    assert "runs from" not in text and "lease ends" not in text
+
+
 def test_enqueue_file_takes_2000_payloads_in_batches(capsys, tmp_path, queue, dsn):
     lines = [json.dumps({"n": n}) for n in range(2000)]
     path = tmp_path / "payloads.jsonl"
