@@ -29,6 +29,7 @@ import itertools
 import os
 import signal
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -80,7 +81,7 @@ class Roles:
 ChildT = TypeVar("ChildT", bound=Child)
 
 
-class ChildSlot(Generic[ChildT]):
+class ChildSlot(ABC, Generic[ChildT]):
     """A child process serving `slots` of a worker's slots, forked again after it died.
 
     A kind of child says how to start one (`_start`), how to run jobs through it until
@@ -139,16 +140,18 @@ class ChildSlot(Generic[ChildT]):
         if child is not None:
             abandon_child(child.pid)
 
+    @abstractmethod
     def _start(self) -> None:
-        raise NotImplementedError
+        """Fork the child and wait until it runs."""
 
+    @abstractmethod
     def _run(self, holdings: Holdings) -> bool:
         """Jobs through the child: False once stopping, True when it died (every job it
         held reported or given back; the caller starts another)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _close(self) -> None:
-        raise NotImplementedError
+        """Stop the child, if it runs."""
 
     def _ask_to_stop(self, child: ChildT, sent: Sent) -> None:
         """Ask the child to stop this job's handler (nothing to do where it cannot be
@@ -157,6 +160,18 @@ class ChildSlot(Generic[ChildT]):
     def _report(self, report: Callable[..., None], *args: Any) -> None:
         """A report or release, on the slot's thread unless a kind says otherwise."""
         report(*args)
+
+    def _give_back(self, leases: list[Lease]) -> bool:
+        """Jobs a child never began, uncharged: to the worker's holdings for the next
+        child (True), or released once stopping (W4)."""
+        assert self._roles is not None
+        if not leases:
+            return False
+        if self._roles.holdings.hand_back(leases):
+            return True
+        for lease in leases:
+            self._report(self._roles.reporter.release, lease)
+        return False
 
     def _stop_due(self, child: ChildT, running: Iterable[Sent]) -> None:
         """Stop each handler past its time limit, or past the cancel grace after its lease
@@ -192,15 +207,12 @@ class ChildSlot(Generic[ChildT]):
             if sent.begun is not None:  # the observer was told it started
                 roles.observer.handler_ended(sent.lease.job, now - sent.begun)
         unstarted = [sent.lease for sent in ended if not began(sent)]
-        if unstarted and roles.holdings.hand_back(unstarted):
+        if self._give_back(unstarted):
             log.info(
                 "%d job(s) sent to handler process %d had not started: given back, uncharged",
                 len(unstarted),
                 child.pid,
             )
-        elif unstarted:
-            for lease in unstarted:
-                self._report(roles.reporter.release, lease)
         for sent in ended:
             if began(sent):
                 since = sent.begun if sent.begun is not None else now

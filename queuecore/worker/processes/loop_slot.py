@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from queuecore.executors.hotpath import connect_per_call
-from queuecore.handling import Lease, Raised
+from queuecore.handling import Raised
 from queuecore.observe.observer import WorkerObserver
 from queuecore.observe.worklog import log
 from queuecore.worker.holdings import Holdings
@@ -198,13 +198,6 @@ class LoopProcess(ChildSlot[LoopChild]):
 
     def _ask_to_stop(self, child: LoopChild, sent: Sent) -> None:
         self._tell(child, Cancel(sent.ticket))
-
-    def _give_back(self, leases: list[Lease]) -> None:
-        """Jobs the process never began: to the next process, or released once stopping."""
-        assert self._roles is not None
-        if leases and not self._roles.holdings.hand_back(leases):
-            for lease in leases:
-                self._report(self._roles.reporter.release, lease)
 
     def _report(self, report: Callable[..., None], *args: Any) -> None:
         """On a reporting thread, so a report waiting out an outage holds up neither the
