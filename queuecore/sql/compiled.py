@@ -27,7 +27,7 @@ class Compiled:
     """One statement as the driver sees it: SQL text, how to lay out its parameters, and
     how to turn the driver's rows into Python values."""
 
-    __slots__ = ("_columns", "_dialect", "_layout", "_names", "_positional", "_results", "sql")
+    __slots__ = ("_columns", "_converting", "_dialect", "_layout", "_names", "_positional", "sql")
 
     def __init__(self, statement: ClauseElement, dialect: Dialect) -> None:
         # A DML or SELECT construct compiles with the dialect's statement compiler, whose
@@ -55,7 +55,9 @@ class Compiled:
         )
         self._dialect = dialect
         self._columns = tuple(getattr(statement, "exported_columns", ()))
-        self._results: tuple[Processor, ...] | None = None
+        # Per column that has one, (its place, its result processor): chosen at the first
+        # result (see `rows`), and most columns of a row have none.
+        self._converting: tuple[tuple[int, Callable[[Any], Any]], ...] | None = None
 
     def parameters(self, values: Mapping[str, Any]) -> Sequence[Any] | dict[str, Any]:
         """The driver's parameters: a tuple for positional paramstyles, else a dict."""
@@ -73,18 +75,22 @@ class Compiled:
         """The driver's rows with each column's type applied (e.g. JSON text → dict).
         Some processors depend on the driver's type code of the column, so they are
         chosen at the first result, from its description."""
-        processors = self._results
-        if processors is None:
+        converting = self._converting
+        if converting is None:
             dialect = self._dialect
-            processors = self._results = tuple(
+            processors = (
                 column.type.dialect_impl(dialect).result_processor(dialect, code)
                 for column, code in zip(self._columns, type_codes, strict=True)
             )
-        if not any(processors):
-            return [tuple(row) for row in raw]
-        return [
-            tuple(
-                value if p is None else p(value) for p, value in zip(processors, row, strict=True)
+            converting = self._converting = tuple(
+                (i, p) for i, p in enumerate(processors) if p is not None
             )
-            for row in raw
-        ]
+        if not converting:
+            return [tuple(row) for row in raw]
+        converted = []
+        for row in raw:
+            values = list(row)
+            for i, processor in converting:
+                values[i] = processor(values[i])
+            converted.append(tuple(values))
+        return converted
