@@ -161,8 +161,9 @@ class Claimer(Claiming[Queue, Holdings]):
             active = active_limit(self.slots, self.prefetch, mean, running_long)
             room = holdings.room(active, active + self.ack_batch)
             if room <= 0 or (room < active // 2 and holdings.any_waiting()):
-                # A slot frees up, or stop(); while jobs wait, look again at those held
+                # Room for a claim, or stop(); while jobs wait, look again at those held
                 # ahead behind handlers that run long.
+                holdings.wake_for_room(active, active + self.ack_batch, max(1, active // 2))
                 holdings.wake.wait(HELD_AHEAD_SECONDS / 2 if holdings.any_waiting() else None)
                 continue
             try:
@@ -180,6 +181,7 @@ class Claimer(Claiming[Queue, Holdings]):
             wait = pacing.empty(listening=self.listening(), busy=holdings.busy())
             if wait is None:
                 return
+            holdings.wake_for_any()  # a job let go may end the idle wait (exit_when_idle)
             holdings.wake.wait(wait)
 
 

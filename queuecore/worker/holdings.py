@@ -84,9 +84,13 @@ class Holdings:
         self._work = threading.Condition(self._lock)  # a job is waiting, or stopping
         #: The mean time its handlers ran (recent runs weigh most): the claimer's prefetch.
         self.handler_seconds: float | None = None
-        #: The claimer should look again: a slot freed up, a notification, or a stop.
+        #: The claimer should look again: room for its next claim, a notification, or a stop.
         self.wake = threading.Event()
         self.stopping = threading.Event()
+        #: What the claimer waits for (`wake_for_room`): a job let go wakes it only when
+        #: that makes room for its next claim, not once per job (each wake cost the
+        #: claimer's thread a look at every lease while the slots needed the GIL).
+        self._room_wanted: tuple[int, int, int] | None = None
 
     def hand_out(self, jobs: list[Job]) -> None:
         with self._lock:
@@ -115,6 +119,9 @@ class Holdings:
                 if self.stopping.is_set():
                     return None
                 taken = [self._waiting.popleft() for _ in range(min(most, len(self._waiting)))]
+                emptied = bool(taken) and not self._waiting and self._room_made()
+            if emptied:  # the claimer waits for less room now
+                self.wake.set()
             if not taken:
                 return []
             kept = self._still_held(taken)
@@ -270,7 +277,9 @@ class Holdings:
         """A held job's completion went to the ack window: its slot is free."""
         with self._lock:
             self._acking += 1
-        self.wake.set()
+            due = self._room_made()
+        if due:
+            self.wake.set()
 
     def let_go(self, lease: Lease, *, acked: bool = False) -> None:
         """The job was reported (or left to its lease): room for another claim."""
@@ -278,7 +287,39 @@ class Holdings:
             self._leases.remove(lease)
             if acked:
                 self._acking -= 1
-        self.wake.set()
+            due = self._room_made()
+        if due:
+            self.wake.set()
+
+    def wake_for_room(self, active_limit: int, held_limit: int, at_least: int) -> None:
+        """The claimer is about to wait: jobs let go wake it once `room(active_limit,
+        held_limit)` is `at_least` (or 1, once no claimed job waits for a slot), as
+        anything else that sets `wake` does at once. Asked again before each wait."""
+        with self._lock:
+            self._room_wanted = (active_limit, held_limit, at_least)
+            due = self._room_made()
+        if due:
+            self.wake.set()
+
+    def wake_for_any(self) -> None:
+        """The claimer is about to wait for work: any job let go wakes it."""
+        with self._lock:
+            self._room_wanted = None
+
+    def _room_made(self) -> bool:
+        """Under the lock: whether the claimer should look again now."""
+        wanted = self._room_wanted
+        if wanted is None:
+            return True
+        active_limit, held_limit, at_least = wanted
+        room = room_for_claims(
+            active_limit,
+            held_limit,
+            held=len(self._leases),
+            acking=self._acking,
+            starting=self._starting,
+        )
+        return room >= (at_least if self._waiting else 1)
 
     def starting(self, slots: int) -> None:
         """`slots` more (or, negative, fewer) slots are starting a handler process: no job

@@ -3,6 +3,7 @@ jobs follow from the handlers' mean run time, and what a long handler gives back
 
 from __future__ import annotations
 
+from queuecore.job import Job, to_datetime
 from queuecore.worker.claimer import AUTO_PREFETCH_MOST, auto_prefetch
 from queuecore.worker.holdings import Holdings
 from queuecore.worker.processes.slot_rules import AHEAD_MOST, jobs_ahead
@@ -35,6 +36,53 @@ def test_the_mean_follows_recent_runs():
     for _ in range(100):
         holdings.ran(0.001)
     assert holdings.handler_seconds is not None and holdings.handler_seconds < 0.01
+
+
+def _job(number: int) -> Job:
+    expires = to_datetime(1_800_000_000.123456)
+    return Job(number, "noop", {}, "default", 0, 1, 3, "token", expires)
+
+
+def test_a_job_let_go_wakes_the_claimer_only_once_there_is_room_for_its_claim():
+    """The claimer waits for room for half its prefetch while jobs wait for a slot: each
+    job let go before then leaves it asleep (each wake had cost it a look at every
+    lease, once per job); the one that makes the room wakes it."""
+    holdings = Holdings()
+    holdings.hand_out([_job(n) for n in range(1, 11)])  # 10 held, all waiting
+    running = holdings.take(6, wait=False)  # 6 run, 4 still wait
+    assert running is not None and len(running) == 6
+    holdings.wake.clear()
+    holdings.wake_for_room(active_limit=10, held_limit=20, at_least=3)
+    holdings.let_go(running[0])
+    holdings.let_go(running[1])
+    assert not holdings.wake.is_set()  # room for 2: not yet
+    holdings.let_go(running[2])
+    assert holdings.wake.is_set()  # room for 3
+
+
+def test_the_claimer_wakes_for_one_job_of_room_once_no_claimed_job_waits():
+    """With nothing waiting for a slot, a slot about to be idle needs a claim now."""
+    holdings = Holdings()
+    holdings.hand_out([_job(n) for n in range(1, 5)])
+    taken = holdings.take(4, wait=False)
+    assert taken is not None and len(taken) == 4
+    holdings.wake.clear()
+    holdings.wake_for_room(active_limit=4, held_limit=8, at_least=2)
+    assert not holdings.wake.is_set()
+    holdings.let_go(taken[0])
+    assert holdings.wake.is_set()
+
+
+def test_waiting_for_work_any_job_let_go_wakes_the_claimer():
+    holdings = Holdings()
+    holdings.hand_out([_job(1)])
+    taken = holdings.take(1, wait=False)
+    assert taken
+    holdings.wake_for_room(active_limit=1, held_limit=1, at_least=100)
+    holdings.wake_for_any()
+    holdings.wake.clear()
+    holdings.let_go(taken[0])
+    assert holdings.wake.is_set()
 
 
 def test_jobs_taken_ahead_of_a_long_handler_go_to_a_free_slot(make_queue, dsn, tmp_path):
