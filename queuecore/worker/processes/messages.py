@@ -21,7 +21,7 @@ come back in that order; the loop process's come back as its tasks end.
 Each is a named tuple, built and read by name; on the socket it travels as a plain tuple
 of its kind's number and its fields (`wire`, `unwire`): pickling a named tuple costs
 about 4 µs a message against 0.5 µs for a plain one, and the hot path sends one per job
-each way.
+each way. A `Job` in `Jobs` travels as a tuple of its fields too.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple, Protocol
 
 from queuecore.handling import Completed, Outcome, Raised, Returned
-from queuecore.job import Job
+from queuecore.job import Job, to_datetime
 
 
 class Ready(NamedTuple):
@@ -164,14 +164,59 @@ class Socket(Protocol):
 
 def wire(message: Message) -> tuple[Any, ...]:
     """The message as it travels: its kind's number, then its fields."""
+    if type(message) is Jobs:
+        return (_JOBS, [(ticket, _job_fields(job)) for ticket, job in message.jobs])
     return (_NUMBER[type(message)], *message)
 
 
 def unwire(sent: tuple[Any, ...]) -> Message:
     """The message `wire` made."""
+    if sent[0] == _JOBS:
+        return Jobs([(ticket, _job(fields)) for ticket, fields in sent[1]])
     kind: Any = _KINDS[sent[0]]
     message: Message = kind._make(sent[1:])
     return message
+
+
+_JOBS = _NUMBER[Jobs]
+
+
+def _job_fields(job: Job) -> tuple[Any, ...]:
+    """A job as it travels: its fields in a plain tuple, its times as epoch seconds.
+    Pickling the `Job` itself (a slotted dataclass, and two aware datetimes) cost
+    about 3.4 µs a job against 0.5 µs, on the worker's busiest thread."""
+    ready_at = job.ready_at
+    return (
+        job.id,
+        job.kind,
+        job.payload,
+        job.queue,
+        job.priority,
+        job.attempts,
+        job.max_attempts,
+        job.lease_token,
+        job.lease_expires_at.timestamp(),
+        job.trace_context,
+        None if ready_at is None else ready_at.timestamp(),
+    )
+
+
+def _job(fields: tuple[Any, ...]) -> Job:
+    """The job `_job_fields` sent."""
+    (id_, kind, payload, queue, priority, attempts, most, token, expires, trace, ready) = fields
+    return Job(
+        id_,
+        kind,
+        payload,
+        queue,
+        priority,
+        attempts,
+        most,
+        token,
+        to_datetime(expires),
+        trace,
+        to_datetime(ready),
+    )
 
 
 def send(conn: Socket, message: Message) -> None:
