@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks import databases, enqueue, latency, throughput, worker_e2e
+from benchmarks import databases, enqueue, latency, mariadb_family, throughput, worker_e2e
 from benchmarks.checks import Check, check, exit_status, ratio
 from benchmarks.implementations import (
     FLOOR,
@@ -74,7 +74,7 @@ QUICK = Plan(
     enqueue_jobs=500,
 )
 
-FAMILIES = ("worker", "throughput", "enqueue", "latency")
+FAMILIES = ("worker", "throughput", "enqueue", "latency", "mariadb")
 
 
 @dataclass
@@ -423,6 +423,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("QUEUECORE_BENCH_POSTGRES_DSN"),
         help="a PostgreSQL server to create scratch databases on (default: a private one)",
     )
+    parser.add_argument(
+        "--mariadb-dsn",
+        default=os.environ.get("QUEUECORE_BENCH_MARIADB_DSN", mariadb_family.DEFAULT_DSN),
+        help="the MariaDB server of the mariadb family, for scratch databases it creates "
+        "and drops (default: %(default)s)",
+    )
     parser.add_argument("--no-postgres", action="store_true", help="measure SQLite only")
     parser.add_argument("--repeats", type=int, help="runs per row (median is shown)")
     parser.add_argument(
@@ -433,7 +439,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--skip-latency", action="store_true", help="leave the latency out")
     parser.add_argument(
-        "--only", choices=("sqlite", "postgresql"), help="measure this backend's rows only"
+        "--only",
+        choices=("sqlite", "postgresql", "mariadb"),
+        help="measure this backend's rows only",
     )
     parser.add_argument(
         "--workers",
@@ -477,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = plan_of(args)
     families = [f for f in args.families if not (f == "latency" and args.skip_latency)]
     started = time.monotonic()
-    if args.only == "sqlite":
+    if args.only in ("sqlite", "mariadb"):
         args.no_postgres = True
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="qcbench-") as scratch, postgres_server(args) as server:
@@ -513,6 +521,18 @@ def main(argv: list[str] | None = None) -> int:
                 if "latency" in families
                 else []
             )
+            maria = (
+                mariadb_family.run(
+                    args.mariadb_dsn,
+                    plan.e2e_processes,
+                    plan.e2e_jobs,
+                    plan.repeats,
+                    Path(scratch),
+                    log,
+                )
+                if "mariadb" in families and args.only in (None, "mariadb")
+                else None
+            )
         finally:
             if postgres is not None:
                 postgres.drop_all()
@@ -521,6 +541,7 @@ def main(argv: list[str] | None = None) -> int:
     worker_e2e.targets(workers, checks)
     targets(rows, lat, checks)
     enqueue.targets(enqueues, checks)
+    mariadb_family.targets(maria, checks)
     out = [
         f"queuecore benchmark ({'quick' if args.quick else 'full'}, {', '.join(families)}; "
         f"median of {plan.repeats}), {time.monotonic() - started:.0f} s",
@@ -539,6 +560,8 @@ def main(argv: list[str] | None = None) -> int:
         out += ["", "enqueue: jobs/s", *enqueue.table(enqueues)]
     if lat:
         out += ["", *latency_table(lat)]
+    if maria is not None:
+        out += ["", *mariadb_family.table(maria, plan.e2e_jobs)]
     out += [
         "",
         "targets:",
@@ -573,6 +596,7 @@ def main(argv: list[str] | None = None) -> int:
                     ],
                     "enqueue": [asdict(r) for r in enqueues],
                     "latency": lat,
+                    "mariadb": None if maria is None else mariadb_family.as_json(maria),
                     "targets": checks,
                 },
                 indent=2,

@@ -233,6 +233,29 @@ def measure(server: Any, database: str, jobs: int, rounds: int) -> None:
     queue.close()
 
 
+def loop_and_floor(server: Any, jobs: int, rounds: int) -> dict[str, list[float]]:
+    """queuecore's one-connection loop and its floor (the hand loop on mysqlclient, its
+    driver), rounds interleaved, in a scratch database: jobs/s of each round, by name."""
+    import queuecore
+
+    module = "MySQLdb"
+    rates: dict[str, list[float]] = {"queuecore": [], module: []}
+    with scratch(server) as database:
+        url = sqlalchemy_url(module, server, database)
+        queuecore.migrate(url)
+        queue = queuecore.connect(url)
+        conn = connect(module, server, database)
+        try:
+            loop(module, conn, 50)  # warm the table and the buffer pool
+            for _ in range(rounds):
+                rates[module].append(jobs / loop(module, conn, jobs)[0])
+                rates["queuecore"].append(jobs / queuecore_loop(queue, jobs)[0])
+        finally:
+            conn.close()
+            queue.close()
+    return rates
+
+
 def _safely(probe: Callable[[], str]) -> str:
     try:
         return probe()

@@ -62,8 +62,17 @@ def scratch(server: str, *, force_drop: bool = False) -> Iterator[str]:
         admin.dispose()
 
 
-def drain(backend: str, implementation: str, processes: int, jobs: int, folder: Path) -> Run:
-    with scratch(SERVERS[backend]) as dsn:
+def drain(
+    backend: str,
+    implementation: str,
+    processes: int,
+    jobs: int,
+    folder: Path,
+    *,
+    server: str | None = None,
+) -> Run:
+    """One drain in a scratch database of its own on `server` (by default SERVERS')."""
+    with scratch(server or SERVERS[backend]) as dsn:
         with queuecore.connect(dsn) as queue:
             queue.enqueue_many("noop", [{}] * jobs)
         return measure(implementation, Target(backend, dsn), processes, jobs, folder)

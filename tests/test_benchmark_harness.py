@@ -4,6 +4,7 @@ No timing is checked here (and the benchmark itself never runs in the test suite
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +12,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from benchmarks import databases, enqueue, worker_e2e
+from backends import mariadb_harness
+from benchmarks import databases, enqueue, mariadb_family, worker_e2e
 from benchmarks.checks import Check, check, exit_status
 from benchmarks.floors import SQLiteOneStatementFloor
 from benchmarks.harness import build_parser, plan_of
@@ -158,3 +160,43 @@ def test_quick_run_with_filters_narrows_every_family():
     assert args.families == ("worker",)
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--families", "nonsense"])
+
+
+def test_mariadb_targets_are_checked_on_the_ratios():
+    """Issue 29's: the worker against its loop (0.7x), four processes against one
+    (1.5x), the one-connection loop against its mysqlclient floor (0.8x)."""
+    W, L = worker_e2e.WORKER, worker_e2e.LOOP
+    held = mariadb_family.Results((1, 4))
+    held.workers = {(1, W): [1000.0], (1, L): [1200.0], (4, W): [1600.0], (4, L): [2000.0]}
+    held.loops = {mariadb_family.QUEUECORE_LOOP: [90.0], mariadb_family.FLOOR: [100.0]}
+    checks: list[Check] = []
+    mariadb_family.targets(held, checks)
+    assert [c["held"] for c in checks] == [True, True, True, True]
+    missed = mariadb_family.Results((1, 4))
+    missed.workers = {(1, W): [1000.0], (1, L): [1500.0], (4, W): [1400.0], (4, L): [2000.0]}
+    missed.loops = {mariadb_family.QUEUECORE_LOOP: [70.0], mariadb_family.FLOOR: [100.0]}
+    checks = []
+    mariadb_family.targets(missed, checks)
+    assert [c["held"] for c in checks] == [False, True, False, False]
+
+
+def test_an_unreachable_mariadb_leaves_its_targets_missed(tmp_path: Path):
+    results = mariadb_family.run(
+        "mariadb+pymysql://root@127.0.0.1:1/test", (1,), 10, 1, tmp_path, lambda _: None
+    )
+    assert results.error is not None and not results.workers
+    checks: list[Check] = []
+    mariadb_family.targets(results, checks)
+    assert checks and exit_status(checks) == 1
+
+
+def test_the_mariadb_family_measures_every_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """On the suite's MariaDB server: whole workers and the loop drain every job once
+    (the drains check it), and the one-connection loops run beside their floor."""
+    monkeypatch.setattr(mariadb_family, "FLOOR_JOBS", 20)
+    dsn = os.environ.get(mariadb_harness.ENV_DSN, mariadb_harness.DEFAULT_DSN)
+    results = mariadb_family.run(dsn, (1,), 40, 1, tmp_path, lambda _: None)
+    assert results.error is None
+    assert all(results.worker(1, i) for i in (worker_e2e.WORKER, worker_e2e.LOOP))
+    assert all(results.loop(n) for n in (mariadb_family.QUEUECORE_LOOP, mariadb_family.FLOOR))
+    assert "MariaDB, whole workers" in "\n".join(mariadb_family.table(results, 40))
