@@ -139,8 +139,8 @@ class Holdings:
 
     def _still_held(self, taken: list[Lease]) -> list[Lease] | None:
         """The taken jobs still held; the others let go. None: not known (put back)."""
-        lost = [lease for lease in taken if lease.lost.is_set()]
-        live = [lease for lease in taken if not lease.lost.is_set()]
+        lost = [lease for lease in taken if lease.is_lost]
+        live = [lease for lease in taken if not lease.is_lost]
         # A claim reads the fence too: a job claimed (or checked) within FRESH_SECONDS
         # goes on without another read.
         now = time.monotonic()
@@ -369,7 +369,7 @@ class Holdings:
             return [
                 lease
                 for lease in self._leases
-                if lease.handed and not lease.reporting and not lease.lost.is_set()
+                if lease.handed and not lease.reporting and not lease.is_lost
             ]
 
     def busy(self) -> bool:
@@ -386,7 +386,7 @@ def due_for_check(waiting: Iterable[AnyLease], stale: float) -> list[AnyLease]:
     """The leases in `waiting`, not yet lost, whose last check (or claim) is older than
     `stale`: the ones a check made now reads too, so the next hand-overs find theirs
     fresh (W9). Both workers' holdings use it."""
-    return [lease for lease in waiting if lease.checked < stale and not lease.lost.is_set()]
+    return [lease for lease in waiting if lease.checked < stale and not lease.is_lost]
 
 
 def running_mean(mean: float | None, seconds: float) -> float:
@@ -442,7 +442,7 @@ class AsyncHoldings:
                 if self.stopping.is_set():
                     return None
                 lease = self.waiting.popleft()
-            held = not lease.lost.is_set()
+            held = not lease.is_lost
             now = time.monotonic()
             if held and lease.checked < now - FRESH_SECONDS:
                 also = due_for_check(self.waiting, now - FRESH_SECONDS)
@@ -483,7 +483,7 @@ class AsyncHoldings:
         return [
             lease
             for lease in self.leases
-            if lease.handed and not lease.reporting and not lease.lost.is_set()
+            if lease.handed and not lease.reporting and not lease.is_lost
         ]
 
     async def stop(self) -> list[AsyncLease]:

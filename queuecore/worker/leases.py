@@ -109,7 +109,7 @@ class LeaseKeeper:
         completion may take a while on a busy database); a renewal that then finds it
         gone is that report's."""
         for lease in self.holdings.leases():
-            if lease.lost.is_set():
+            if lease.is_lost:
                 continue
             try:
                 held = self.queue.heartbeat(lease.job)
@@ -146,7 +146,7 @@ class LeaseKeeper:
             say_failed("checking for cancelled jobs", exc)
             return
         for lease, held in zip(running, answers, strict=True):
-            if not held and not lease.lost.is_set():
+            if not held and not lease.is_lost:
                 heard(lease, held, self.observer, self._why(lease, held))
 
     def _why(self, lease: Lease, held: bool) -> Refused:
@@ -180,7 +180,7 @@ def hear_cancels(holdings: Holdings, ids: list[int], observer: WorkerObserver) -
     (the check before it starts would find it anyway)."""
     wanted = set(ids)
     for lease in holdings.leases():
-        if lease.job.id in wanted and not lease.lost.is_set():
+        if lease.job.id in wanted and not lease.is_lost:
             heard(lease, False, observer, "cancelled")
 
 
@@ -208,7 +208,7 @@ async def keep_leases(
 
 async def _heartbeats(queue: AsyncQueue, holdings: AsyncHoldings, observer: WorkerObserver) -> None:
     for lease in list(holdings.leases):
-        if lease.lost.is_set():
+        if lease.is_lost:
             continue
         try:
             held = await queue.heartbeat(lease.job)
@@ -252,5 +252,5 @@ async def _poll_cancels(
         say_failed("checking for cancelled jobs", exc)
         return
     for lease, held in zip(running, answers, strict=True):
-        if refusal(lease, held) and not lease.lost.is_set():
+        if refusal(lease, held) and not lease.is_lost:
             heard(lease, held, observer, await why_refused_async(queue, lease.job))

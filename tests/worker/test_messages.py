@@ -1,9 +1,12 @@
-"""The messages between a worker and its handler processes arrive as they were sent."""
+"""The messages between a worker and its handler processes arrive as they were sent, and
+the lease a job is handled under says once that it was lost."""
 
 from __future__ import annotations
 
 import pickle
+import threading
 
+from queuecore.handling import Lease
 from queuecore.job import Job, to_datetime
 from queuecore.worker.processes.messages import JobReturned, Jobs, unwire, wire
 
@@ -40,3 +43,19 @@ def test_jobs_arrive_equal_to_the_jobs_sent_their_times_to_the_microsecond():
 
 def test_other_messages_travel_as_their_fields():
     assert _travel(JobReturned(3, {"ok": True}, 0.25)) == JobReturned(3, {"ok": True}, 0.25)
+
+
+def test_a_lease_is_lost_once_and_every_handler_waits_on_the_same_event():
+    """`lost` is made when first asked for (most leases never need one): whichever
+    thread asks first, all get one Event, and marking it lost answers True once."""
+    lease = Lease(Job(1, "noop", {}, "default", 0, 1, 3, "t", to_datetime(1_800_000_000.0)))
+    assert lease.is_lost is False
+    events: list[threading.Event] = []
+    threads = [threading.Thread(target=lambda: events.append(lease.lost)) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len({id(event) for event in events}) == 1
+    assert [lease.mark_lost(), lease.mark_lost()] == [True, False]
+    assert lease.is_lost and events[0].is_set()

@@ -183,7 +183,7 @@ class ChildSlot(ABC, Generic[ChildT]):
             if sent.clock is None or sent.begun is None:
                 continue
             if sent.stopping is None:
-                why = sent.clock.why_stop(sent.begun, sent.lease.lost.is_set(), now)
+                why = sent.clock.why_stop(sent.begun, sent.lease.is_lost, now)
                 if why is None:
                     continue
                 sent.stopping = (now, why)

@@ -127,7 +127,7 @@ class HandlerProcess(ChildSlot[HandlerChild]):
                         if idle and out:
                             self._begin(out[0], observer)
                 for s in out:
-                    if s.lease.lost.is_set() and not s.told_lost:
+                    if s.lease.is_lost and not s.told_lost:
                         send(child.conn, Lost(s.ticket))
                         s.told_lost = True
                 if out:

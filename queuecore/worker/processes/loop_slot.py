@@ -297,7 +297,7 @@ class LoopProcess(ChildSlot[LoopChild]):
 
     def _tell_lost(self, child: LoopChild) -> None:
         with self._lock:
-            lost = [s for s in child.out.values() if s.lease.lost.is_set() and not s.told_lost]
+            lost = [s for s in child.out.values() if s.lease.is_lost and not s.told_lost]
         for sent in lost:
             sent.told_lost = True
             self._tell(child, Lost(sent.ticket))
