@@ -4,6 +4,7 @@ a control character (`queuecore.observe.terminal`), never a DSN's password."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 
 from queuecore.core.dsn import scrubbed
@@ -31,6 +32,8 @@ def first_line(text: str) -> str:
 
 #: The command line's log lines, in a worker and in its handler processes alike.
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s"
+#: The milliseconds after the time, as `logging.Formatter.default_msec_format`.
+MSEC_FORMAT = "%s,%03d"
 
 
 class SafeFormatter(logging.Formatter):
@@ -40,6 +43,15 @@ class SafeFormatter(logging.Formatter):
     def __init__(self, secrets: Sequence[str] = ()) -> None:
         super().__init__(LOG_FORMAT)
         self.secrets = list(secrets)
+        self._second: tuple[int, str] = (-1, "")  # the last second formatted, as text
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        """As logging's, the date and time made once a second: a worker logs a line per
+        job, and `strftime` was a third of each line's formatting."""
+        second = int(record.created)
+        if self._second[0] != second:
+            self._second = (second, time.strftime(self.default_time_format, self.converter(second)))
+        return MSEC_FORMAT % (self._second[1], record.msecs)
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         record.message = printable(scrubbed(record.message, self.secrets))

@@ -4,6 +4,8 @@ directly, as R29 refuses them in new names now) is printed as an escape by `stat
 
 from __future__ import annotations
 
+import logging
+
 import sqlalchemy as sa
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -11,6 +13,7 @@ from hypothesis import strategies as st
 from queuecore.cli.main import main
 from queuecore.observe import terminal
 from queuecore.observe.terminal import printable
+from queuecore.observe.worklog import SafeFormatter
 from queuecore.sql.schema import jobs
 from tests.worker.processes import run_queuecore
 
@@ -67,3 +70,16 @@ def test_printable_text_passed_over_is_what_the_escaping_leaves_alone(text):
     """`printable` returns text Python calls printable as it is: each character it escapes
     is one Python calls unprintable, so the answer is the escaping's."""
     assert printable(text) == terminal._UNSAFE.sub(terminal._escape, text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(min_value=0, max_value=4_102_444_800), min_size=1, max_size=4))
+def test_log_lines_show_the_time_as_logging_would(created_times: list[float]):
+    """The worker's formatter makes the date and time once a second: every line's time
+    must still be the one logging's own formatter gives, in whatever order lines come."""
+    ours, theirs = SafeFormatter(), logging.Formatter()
+    for created in created_times:
+        record = logging.LogRecord("queuecore.worker", logging.INFO, __file__, 1, "m", (), None)
+        record.created = created
+        record.msecs = (created - int(created)) * 1000 // 1
+        assert ours.formatTime(record) == theirs.formatTime(record)
