@@ -29,7 +29,7 @@ from queuecore.executors.reconnect import connection_lost, report_later
 from queuecore.handling import Completed, Crashed, Lease, Outcome, Raised, Returned
 from queuecore.job import Completions
 from queuecore.observe.observer import Refused, WorkerObserver, why_refused, why_refused_async
-from queuecore.observe.worklog import describe, first_line, label, log
+from queuecore.observe.worklog import describe, first_line, label, lines_together, log
 from queuecore.protocol import Queue
 from queuecore.worker.acks import RETRY_PAUSE, Ack, AckWindow, complete_many_options
 from queuecore.worker.async_handling import AsyncLease, wait_for
@@ -173,16 +173,18 @@ class Reporter:
         one: an effect that raised fails only its own job; a batch that never committed
         leaves every job to its lease (it runs again), never reported done."""
         self.observer.acks_flushed(len(batch), committed=not isinstance(outcome, Exception))
-        for index, ack in enumerate(batch):
-            try:
-                if isinstance(outcome, Exception):
-                    say_not_committed(ack.lease, outcome)
-                elif index in outcome.errors:
-                    self._fail(ack.lease, Raised.from_exception(outcome.errors[index]), ack.started)
-                else:
-                    self._log_completion(ack.lease, outcome[index], ack.started)
-            finally:
-                self.holdings.let_go(ack.lease, acked=True)
+        with lines_together():
+            for index, ack in enumerate(batch):
+                try:
+                    if isinstance(outcome, Exception):
+                        say_not_committed(ack.lease, outcome)
+                    elif index in outcome.errors:
+                        failed = Raised.from_exception(outcome.errors[index])
+                        self._fail(ack.lease, failed, ack.started)
+                    else:
+                        self._log_completion(ack.lease, outcome[index], ack.started)
+                finally:
+                    self.holdings.let_go(ack.lease, acked=True)
 
     def _log_completion(self, lease: Lease, done: bool, started: float) -> None:
         said = "done" if done else why_refused(self.queue, lease.job)
