@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import select
 import signal
 import time
 from abc import ABC, abstractmethod
@@ -67,6 +68,18 @@ class Child:
     conn: Connection
     tickets: Iterator[int] = field(default_factory=lambda: itertools.count(1))
     killed: Sent | None = None  # the job it was killed to stop (W8, W9)
+    _poller: Any = None  # select.poll() on its socket, made at the first wait
+
+    def readable(self, timeout: float) -> bool:
+        """Whether a message (or the child's death) waits on its socket, waiting up to
+        `timeout` seconds: `Connection.poll` made a selector for every call, 3.9 µs
+        against 0.8 µs, and a slot waits once per job."""
+        if not hasattr(select, "poll"):
+            return self.conn.poll(timeout)
+        if self._poller is None:
+            self._poller = select.poll()
+            self._poller.register(self.conn.fileno(), select.POLLIN)
+        return bool(self._poller.poll(timeout * 1000))
 
 
 @dataclass(slots=True)

@@ -132,7 +132,7 @@ class HandlerProcess(ChildSlot[HandlerChild]):
                         s.told_lost = True
                 if out:
                     self._stop_due(child, (out[0],))
-                if child.conn.poll(WATCH_SLICE):
+                if child.readable(WATCH_SLICE):
                     message = receive(child.conn)
                     if isinstance(message, JobsUnstarted):  # the last ones sent, on a Stop
                         given = [out.pop().lease for _ in message.tickets][::-1]

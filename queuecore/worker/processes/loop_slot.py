@@ -220,7 +220,7 @@ class LoopProcess(ChildSlot[LoopChild]):
         connect_per_call()
         try:
             while True:
-                if child.conn.poll(WATCH_SLICE):
+                if child.readable(WATCH_SLICE):
                     for message in child.conn.recv():
                         self._take(child, unwire(message))
                 self._tell_lost(child)
