@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Literal, TypeVar
 from queuecore.executors.reconnect import connection_lost, report_later
 from queuecore.handling import Completed, Crashed, Lease, Outcome, Raised, Returned
 from queuecore.job import Completions
+from queuecore.observe import worklog
 from queuecore.observe.observer import Refused, WorkerObserver, why_refused, why_refused_async
 from queuecore.observe.worklog import describe, first_line, label, lines_together, log
 from queuecore.protocol import Queue
@@ -242,7 +243,7 @@ def log_completion(
     if outcome == "done":
         # A line per job: not even its label is made when INFO is not logged.
         if log.isEnabledFor(logging.INFO):
-            log.info("%s done in %.3fs", label(lease), time.monotonic() - started)
+            worklog.info(f"{label(lease)} done in {time.monotonic() - started:.3f}s")
     else:
         log.warning(
             "%s finished after its lease was lost or the job was cancelled: result discarded",

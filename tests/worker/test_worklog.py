@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import io
 import logging
+import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
-from queuecore.observe.worklog import LineHandler, SafeFormatter, lines_together
+from queuecore.observe import worklog
+from queuecore.observe.worklog import LineHandler, SafeFormatter, lines_together, log
 
 
 class CountingStream(io.StringIO):
@@ -68,3 +71,59 @@ def test_outside_lines_together_each_line_is_written_as_logged(logged):
     with lines_together(), lines_together():  # nested: written when the outer one ends
         logger.info("two")
     assert _messages(stream) == ["one", "two"]
+
+
+@contextmanager
+def worker_log() -> Iterator[io.StringIO]:
+    """The worker's own logger, its lines through the command line's handler only (in
+    the test's body: pytest hangs its capturing handlers on it for each phase)."""
+    saved = (list(log.handlers), log.propagate, log.level)
+    stream = io.StringIO()
+    handler = LineHandler(stream)
+    handler.setFormatter(SafeFormatter(["hunter2"]))
+    log.handlers, log.propagate = [handler], False
+    log.setLevel(logging.INFO)
+    try:
+        yield stream
+    finally:
+        log.handlers, log.propagate = saved[0], saved[1]
+        log.setLevel(saved[2])
+
+
+def _after_the_time(line: str) -> str:
+    assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ", line), line
+    return line[24:]
+
+
+def test_a_line_per_job_made_without_a_record_reads_as_the_record_would():
+    """`worklog.info` makes the line itself where only the command line's handler would
+    see the record: the same line, the DSN's secret hidden, control characters escaped."""
+    made: list[logging.LogRecord] = []
+
+    def make_record(*args: object, **kwargs: object) -> logging.LogRecord:
+        made.append(logging.Logger.makeRecord(log, *args, **kwargs))  # type: ignore[arg-type]
+        return made[-1]
+
+    text = "job 1 (noop, queue default, attempt 1/3) done in 0.001s \x1b[2J hunter2"
+    with worker_log() as stream:
+        log.makeRecord = make_record  # type: ignore[method-assign]
+        try:
+            worklog.info(text)
+            assert made == []  # no record was made for it
+            log.info("%s", text)
+        finally:
+            del log.makeRecord
+    fast, slow = stream.getvalue().splitlines()
+    assert _after_the_time(fast) == _after_the_time(slow)
+    assert "hunter2" not in fast and "\x1b" not in fast and "INFO queuecore.worker[" in fast
+
+
+def test_another_handler_gets_the_line_per_job_as_a_record():
+    seen: list[logging.LogRecord] = []
+    other = logging.Handler()
+    other.emit = seen.append  # type: ignore[method-assign]
+    with worker_log() as stream, lines_together():
+        log.addHandler(other)
+        worklog.info("job 2 done")
+    assert [r.getMessage() for r in seen] == ["job 2 done"]
+    assert _messages(stream) == ["job 2 done"]
