@@ -71,7 +71,7 @@ class Lease:
     def __init__(self, job: Job) -> None:
         self.job = job
         # Made when first asked for (`lost`): an Event for every job claimed cost the
-        # worker's claimer about a fifth of its time, and most leases are never lost.
+        # worker's claimer about a quarter of its time, and most leases are never lost.
         self._lost: threading.Event | None = None
         #: When the worker claimed it, and when it handed it to a slot (0.0: not yet),
         #: on time.monotonic(): what claiming ahead is kept within (W9).

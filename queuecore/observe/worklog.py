@@ -43,13 +43,11 @@ MSEC_FORMAT = "%s,%03d"
 class _Stamp:
     """What `SafeFormatter.formatTime` reads of a record: when it was made."""
 
-    __slots__ = ("created", "levelno", "msecs", "name")
+    __slots__ = ("created", "msecs")
 
-    def __init__(self, created: float, level: int, name: str) -> None:
+    def __init__(self, created: float) -> None:
         self.created = created
         self.msecs = int((created - int(created)) * 1000) + 0.0
-        self.levelno = level
-        self.name = name
 
 
 class SafeFormatter(logging.Formatter):
@@ -72,7 +70,7 @@ class SafeFormatter(logging.Formatter):
     def line(self, created: float, level: int, name: str, text: str) -> str:
         """What `format` makes of a record of `text` without an exception: LOG_FORMAT's
         fields, made here for `LineHandler.say`."""
-        record = _Stamp(created, level, name)
+        record = _Stamp(created)
         message = printable(scrubbed(text, self.secrets))
         level_name = logging.getLevelName(level)
         return f"{self.formatTime(record)} {level_name} {name}[{os.getpid()}]: {message}"  # type: ignore[arg-type]
