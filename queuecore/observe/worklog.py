@@ -40,6 +40,22 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s"
 MSEC_FORMAT = "%s,%03d"
 
 
+class _ThisProcess:
+    """This process's id, read once and again after a fork: `os.getpid()` is a system
+    call, 1.8 µs on a virtual machine, and `SafeFormatter.line` runs once per job."""
+
+    pid = os.getpid()
+
+    @classmethod
+    def forked(cls) -> None:
+        cls.pid = os.getpid()
+
+
+_this_process = _ThisProcess
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_ThisProcess.forked)
+
+
 class _Stamp:
     """What `SafeFormatter.formatTime` reads of a record: when it was made."""
 
@@ -73,7 +89,7 @@ class SafeFormatter(logging.Formatter):
         record = _Stamp(created)
         message = printable(scrubbed(text, self.secrets))
         level_name = logging.getLevelName(level)
-        return f"{self.formatTime(record)} {level_name} {name}[{os.getpid()}]: {message}"  # type: ignore[arg-type]
+        return f"{self.formatTime(record)} {level_name} {name}[{_this_process.pid}]: {message}"  # type: ignore[arg-type]
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         record.message = printable(scrubbed(record.message, self.secrets))

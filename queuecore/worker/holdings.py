@@ -121,7 +121,7 @@ class Holdings:
                 taken = [self._waiting.popleft() for _ in range(min(most, len(self._waiting)))]
                 emptied = bool(taken) and not self._waiting and self._room_made()
             if emptied:  # the claimer waits for less room now
-                self.wake.set()
+                self._wake()
             if not taken:
                 return []
             kept = self._still_held(taken)
@@ -279,7 +279,7 @@ class Holdings:
             self._acking += 1
             due = self._room_made()
         if due:
-            self.wake.set()
+            self._wake()
 
     def let_go(self, lease: Lease, *, acked: bool = False) -> None:
         """The job was reported (or left to its lease): room for another claim."""
@@ -289,7 +289,7 @@ class Holdings:
                 self._acking -= 1
             due = self._room_made()
         if due:
-            self.wake.set()
+            self._wake()
 
     def wake_for_room(self, active_limit: int, held_limit: int, at_least: int) -> None:
         """The claimer is about to wait: jobs let go wake it once `room(active_limit,
@@ -299,6 +299,12 @@ class Holdings:
             self._room_wanted = (active_limit, held_limit, at_least)
             due = self._room_made()
         if due:
+            self._wake()
+
+    def _wake(self) -> None:
+        """Wake the claimer: `set` only when not set yet (once the room is made, each job
+        let go until the claimer runs found it set, and `Event.set` takes its lock)."""
+        if not self.wake.is_set():
             self.wake.set()
 
     def wake_for_any(self) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import re
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -127,3 +129,21 @@ def test_another_handler_gets_the_line_per_job_as_a_record():
         worklog.info("job 2 done")
     assert [r.getMessage() for r in seen] == ["job 2 done"]
     assert _messages(stream) == ["job 2 done"]
+
+
+def test_a_line_made_in_a_forked_process_names_that_process():
+    """The process id in the line is read once per process: a handler process forked
+    from the worker must not go on naming the worker."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its line, then out at once
+        line = SafeFormatter().line(time.time(), logging.INFO, "queuecore.worker", "hi")
+        os.write(write, line.encode())
+        os._exit(0)
+    os.close(write)
+    line = os.read(read, 4096).decode()
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert f"INFO queuecore.worker[{pid}]: hi" in line
+    here = SafeFormatter().line(time.time(), logging.INFO, "queuecore.worker", "hi")
+    assert f"[{os.getpid()}]" in here
