@@ -21,7 +21,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks import databases, enqueue, latency, mariadb_family, throughput, worker_e2e
+from benchmarks import (
+    databases,
+    enqueue,
+    latency,
+    mariadb_family,
+    mariadb_worker,
+    throughput,
+    worker_e2e,
+)
 from benchmarks.checks import Check, check, exit_status, ratio
 from benchmarks.implementations import (
     FLOOR,
@@ -425,9 +433,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--mariadb-dsn",
-        default=os.environ.get("QUEUECORE_BENCH_MARIADB_DSN", mariadb_family.DEFAULT_DSN),
+        default=mariadb_worker.SERVERS["mariadb"],
         help="the MariaDB server of the mariadb family, for scratch databases it creates "
-        "and drops (default: %(default)s)",
+        "and drops (default: $QUEUECORE_BENCH_MARIADB_DSN, else the local server the "
+        "test suite uses)",
     )
     parser.add_argument("--no-postgres", action="store_true", help="measure SQLite only")
     parser.add_argument("--repeats", type=int, help="runs per row (median is shown)")

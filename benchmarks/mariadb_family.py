@@ -26,7 +26,6 @@ from benchmarks import mariadb_drivers, mariadb_worker
 from benchmarks.checks import Check, check, ratio
 from benchmarks.worker_e2e import LOOP, WORKER
 
-DEFAULT_DSN = "mariadb+mysqldb://root@127.0.0.1:3306/test"
 #: Jobs per round of the one-connection loops: each waits for the server's commits.
 FLOOR_JOBS = 1000
 QUEUECORE_LOOP = "queuecore"

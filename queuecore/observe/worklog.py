@@ -9,7 +9,6 @@ import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 
 from queuecore.core.dsn import scrubbed
 from queuecore.handling import Lease
@@ -110,7 +109,7 @@ class _Held(threading.local):
 _held = _Held()
 
 
-@contextmanager
+@contextlib.contextmanager
 def lines_together() -> Iterator[None]:
     """The lines below WARNING this thread logs meanwhile through the command line's
     handler (`LineHandler`) are written at the end, in one write: the worker's ack

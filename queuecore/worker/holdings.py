@@ -318,14 +318,7 @@ class Holdings:
         if wanted is None:
             return True
         active_limit, held_limit, at_least = wanted
-        room = room_for_claims(
-            active_limit,
-            held_limit,
-            held=len(self._leases),
-            acking=self._acking,
-            starting=self._starting,
-        )
-        return room >= (at_least if self._waiting else 1)
+        return self._room(active_limit, held_limit) >= (at_least if self._waiting else 1)
 
     def starting(self, slots: int) -> None:
         """`slots` more (or, negative, fewer) slots are starting a handler process: no job
@@ -339,13 +332,17 @@ class Holdings:
         (minus the slots still starting), and never more than `held_limit` held, ack
         window included."""
         with self._lock:
-            return room_for_claims(
-                active_limit,
-                held_limit,
-                held=len(self._leases),
-                acking=self._acking,
-                starting=self._starting,
-            )
+            return self._room(active_limit, held_limit)
+
+    def _room(self, active_limit: int, held_limit: int) -> int:
+        """`room`, under the lock."""
+        return room_for_claims(
+            active_limit,
+            held_limit,
+            held=len(self._leases),
+            acking=self._acking,
+            starting=self._starting,
+        )
 
     def running_long(self, longer_than: float) -> int:
         """How many handed-out jobs have run more than `longer_than` seconds and are not

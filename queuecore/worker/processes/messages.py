@@ -184,7 +184,7 @@ _JOBS = _NUMBER[Jobs]
 def _job_fields(job: Job) -> tuple[Any, ...]:
     """A job as it travels: its fields in a plain tuple, its times as epoch seconds.
     Pickling the `Job` itself (a slotted dataclass, and two aware datetimes) cost
-    about 3.4 µs a job against 0.5 µs, on the worker's busiest thread."""
+    27.3 µs a message of 8 jobs against 7.6 µs for this, on the worker's slot thread."""
     ready_at = job.ready_at
     return (
         job.id,
