@@ -234,12 +234,13 @@ def measure(server: Any, database: str, jobs: int, rounds: int) -> None:
 
 
 def loop_and_floor(server: Any, jobs: int, rounds: int) -> dict[str, list[float]]:
-    """queuecore's one-connection loop and its floor (the hand loop on mysqlclient, its
-    driver), rounds interleaved, in a scratch database: jobs/s of each round, by name."""
+    """queuecore's one-connection loop and its floor (the hand loop on the same driver:
+    mysqlclient where installed, else the next of DRIVERS), rounds interleaved, in a
+    scratch database: jobs/s of each round, as "queuecore" and "floor"."""
     import queuecore
 
-    module = "MySQLdb"
-    rates: dict[str, list[float]] = {"queuecore": [], module: []}
+    module = _first_driver()
+    rates: dict[str, list[float]] = {"queuecore": [], "floor": []}
     with scratch(server) as database:
         url = sqlalchemy_url(module, server, database)
         queuecore.migrate(url)
@@ -248,7 +249,7 @@ def loop_and_floor(server: Any, jobs: int, rounds: int) -> dict[str, list[float]
         try:
             loop(module, conn, 50)  # warm the table and the buffer pool
             for _ in range(rounds):
-                rates[module].append(jobs / loop(module, conn, jobs)[0])
+                rates["floor"].append(jobs / loop(module, conn, jobs)[0])
                 rates["queuecore"].append(jobs / queuecore_loop(queue, jobs)[0])
         finally:
             conn.close()

@@ -5,8 +5,8 @@ server `--mariadb-dsn` names (by default the local one the test suite uses):
   library loop in the same harness (`worker_e2e.measure`), draining N no-op jobs from a
   scratch database each (`mariadb_worker.drain`), with 1, 2 and 4 processes;
 - the library loop against its floor: one connection claiming one job and completing
-  it, through queuecore and by hand on mysqlclient with the same rules on the same
-  table (`mariadb_drivers`).
+  it, through queuecore and by hand on its driver (mysqlclient where installed), with
+  the same rules on the same table (`mariadb_drivers`).
 
 No job queue of Python's runs on MariaDB, so there is no peer column: the worker is
 measured against its own loop, four processes against one, and the loop against the
@@ -29,7 +29,7 @@ from benchmarks.worker_e2e import LOOP, WORKER
 #: Jobs per round of the one-connection loops: each waits for the server's commits.
 FLOOR_JOBS = 1000
 QUEUECORE_LOOP = "queuecore"
-FLOOR = "MySQLdb"
+FLOOR = "floor"
 
 
 @dataclass
@@ -103,7 +103,7 @@ def table(results: Results, jobs: int) -> list[str]:
     floor = results.loop(FLOOR)
     lines += [
         f"MariaDB, one connection claiming one job and completing it, {FLOOR_JOBS:,} jobs:",
-        f"  queuecore {_fmt(results.loop(QUEUECORE_LOOP))} jobs/s, the mysqlclient floor "
+        f"  queuecore {_fmt(results.loop(QUEUECORE_LOOP))} jobs/s, the floor on its driver "
         f"{_fmt(floor)}: {_fmt(ratio(results.loop(QUEUECORE_LOOP), floor), '.2f')}x",
     ]
     if results.error:
