@@ -66,7 +66,7 @@ class Lease:
     lost, and stop early: whatever it returns is discarded by the fence anyway.
     """
 
-    __slots__ = ("_lost", "checked", "claimed", "handed", "job", "noted", "reporting")
+    __slots__ = ("_lost", "began", "checked", "claimed", "handed", "job", "noted", "reporting")
 
     def __init__(self, job: Job) -> None:
         self.job = job
@@ -79,6 +79,9 @@ class Lease:
         self.handed = 0.0
         #: When its fence was last read (its claim, or a check before hand-over, W9).
         self.checked = self.claimed
+        #: Whether its handler began: a job handed to a handler process with the one it
+        #: runs waits there until that returns, and may yet be given back unstarted.
+        self.began = False
         #: Whether the database was told its handler started (`Queue.mark_started`).
         self.noted = False
         # Set once the worker starts reporting the outcome: a heartbeat that then finds

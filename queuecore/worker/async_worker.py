@@ -290,6 +290,7 @@ class AsyncWorker:
             if lease is None:
                 return
             started = time.monotonic()
+            lease.began = True
             self.observer.handler_started(lease.job)
             limit = self.settings.limits.of(lease.job.kind)
             try:

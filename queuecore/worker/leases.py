@@ -6,7 +6,7 @@ On the same thread and connection, every CANCEL_POLL seconds while handlers run,
 asks which of their jobs are no longer held, so a handler hears of a cancel within
 about that (W9; on PostgreSQL the cancel's NOTIFY, heard by the worker's listener
 through `hear_cancels`, is sooner, and the poll covers a NOTIFY that was missed), and
-notes the jobs handed to a slot since (`Queue.mark_started`), so their snapshots tell
+notes the jobs whose handlers began since (`Queue.mark_started`), so their snapshots tell
 them from the jobs held ahead.
 
 The sync worker's `LeaseKeeper` (a thread) and the async one's `keep_leases` (a task)
@@ -64,8 +64,10 @@ L = TypeVar("L", bound=Lease)
 
 
 def unnoted(running: list[L]) -> list[L]:
-    """The running jobs whose start the database was not told of yet (W9)."""
-    return [lease for lease in running if not lease.noted]
+    """The running jobs whose handler began and whose start the database was not told
+    of yet (W9): a job handed to a handler process ahead of the one it runs is still
+    held ahead, and shows as such."""
+    return [lease for lease in running if lease.began and not lease.noted]
 
 
 def say_failed(what: str, exc: Exception) -> None:
@@ -121,7 +123,7 @@ class LeaseKeeper:
             heard(lease, held, self.observer, self._why(lease, held))
 
     def _note_started(self) -> None:
-        """The jobs handed to a slot since the last round get `started_at` (W9), in one
+        """The jobs whose handlers began since the last round get `started_at` (W9), in one
         write: a job held ahead shows as such until then."""
         fresh = unnoted(self.holdings.running())
         if not fresh:
@@ -224,7 +226,7 @@ async def _heartbeats(queue: AsyncQueue, holdings: AsyncHoldings, observer: Work
 
 
 async def _note_started(queue: AsyncQueue, holdings: AsyncHoldings) -> None:
-    """The jobs handed to a task since the last round get `started_at` (W9), in one
+    """The jobs whose handlers began since the last round get `started_at` (W9), in one
     write: a job held ahead shows as such until then."""
     fresh = unnoted(holdings.running())
     if not fresh:

@@ -76,6 +76,7 @@ class InThread:
         """One job at a time, until stopping."""
         while (lease := holdings.next_waiting()) is not None:
             started = time.monotonic()
+            lease.began = True
             observer.handler_started(lease.job)
             try:
                 limit = self.limits.of(lease.job.kind)

@@ -14,13 +14,15 @@ tables. No duration is asserted tighter than many seconds of slack."""
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from pathlib import Path
 
 from queuecore.handling import Lease
 from queuecore.observe.observer import Refused, WorkerObserver
 from queuecore.testing import make_job
-from queuecore.worker.leases import heard
+from queuecore.worker.holdings import Holdings
+from queuecore.worker.leases import LeaseKeeper, heard
 from tests.worker.processes import queuecore_process, wait_until
 
 LONG_LEASE = ("--lease-seconds", "300")
@@ -72,6 +74,30 @@ def test_w9_jobs_claimed_ahead_and_cancelled_never_start(make_queue, dsn, tmp_pa
     assert [queue.get(i).state for i in ahead] == ["cancelled"] * 4
     assert queue.get(long_id).state == "done"
     assert log.read_text().count("while claimed ahead: not started") == 4, log.read_text()
+
+
+def test_w9_a_job_sent_ahead_to_a_handler_process_is_noted_started_only_once_it_begins(
+    make_queue,
+):
+    """A handler process is sent its next jobs with the one it runs, and gives them back
+    unstarted if that one runs long: until their handler begins they are held ahead, and
+    the lease keeper's round leaves them so (it had noted every job a slot took, and the
+    W9 test above then saw a held-ahead job with `started_at` under load)."""
+    queue = make_queue(clock=None)
+    ids = [queue.enqueue("noop", {}).id for _ in range(2)]
+    holdings = Holdings()
+    holdings.hand_out(queue.claim("w1", limit=2))
+    taken = holdings.take(2, wait=False)
+    assert taken is not None and [lease.job.id for lease in taken] == ids
+    taken[0].began = True  # the slot saw the first one begin; the second waits behind it
+    keeper = LeaseKeeper(queue, holdings, 100.0, threading.Event(), WorkerObserver())
+    keeper._note_started()
+    assert queue.get(ids[0]).started_at is not None
+    assert queue.get(ids[1]).started_at is None
+    assert queue.stats()["held_ahead"] == 1
+    taken[1].began = True
+    keeper._note_started()
+    assert queue.get(ids[1]).started_at is not None
 
 
 def test_w9_a_running_handler_hears_a_cancel_within_seconds(make_queue, dsn, tmp_path):

@@ -179,6 +179,7 @@ class HandlerProcess(ChildSlot[HandlerChild]):
     @staticmethod
     def _begin(sent: Sent, observer: WorkerObserver) -> None:
         sent.begun = time.monotonic()
+        sent.lease.began = True
         observer.handler_started(sent.lease.job)
 
     def _receive(

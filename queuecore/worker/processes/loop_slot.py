@@ -245,6 +245,7 @@ class LoopProcess(ChildSlot[LoopChild]):
                 begun = [child.out[t] for t in message.tickets if t in child.out]
             for sent in begun:
                 sent.begun = now
+                sent.lease.began = True
                 roles.observer.handler_started(sent.lease.job)
             return
         if isinstance(message, JobsUnstarted):  # on a Stop: the jobs it had not begun
