@@ -76,16 +76,31 @@ def known_jobs(make_queue: Any) -> dict[str, Any]:
 
 
 def cells(browser: Any, queue_name: str) -> dict[str, str]:
-    row = browser.find_element(By.CSS_SELECTOR, f'tr[data-queue="{queue_name}"]')
-    return {
-        cell.get_attribute("data-field"): cell.text
-        for cell in row.find_elements(By.CSS_SELECTOR, "[data-field]")
-    }
+    """A queue's row, read in one script: the page's live refresh replaces the table
+    every few seconds, and a row found first and read cell by cell could be gone by
+    the second read (StaleElementReferenceException, seen on a loaded machine)."""
+    found: dict[str, str] | None = browser.execute_script(
+        """const row = document.querySelector(`tr[data-queue="${arguments[0]}"]`);
+        if (!row) return null;
+        const cells = {};
+        for (const cell of row.querySelectorAll("[data-field]")) {
+            cells[cell.dataset.field] = cell.innerText.trim();
+        }
+        return cells;""",
+        queue_name,
+    )
+    assert found is not None, f"no row for queue {queue_name!r}"
+    return found
 
 
 def listed_ids(browser: Any) -> list[int]:
-    rows = browser.find_elements(By.CSS_SELECTOR, "#job-list tbody tr[data-job]")
-    return [int(row.get_attribute("data-job")) for row in rows]
+    """The listed jobs' ids, read in one script (a live refresh cannot come between)."""
+    ids: list[str] = browser.execute_script(
+        """return Array.from(
+            document.querySelectorAll("#job-list tbody tr[data-job]"), row => row.dataset.job
+        );"""
+    )
+    return [int(job_id) for job_id in ids]
 
 
 def state_of(db: sa.Engine, job_id: int) -> tuple[str, int, float]:

@@ -300,13 +300,16 @@ def test_the_ack_window_flushes_at_n_and_a_stop_flushes_the_rest(queue, opener):
 
 
 def test_an_async_worker_refuses_what_a_worker_refuses(opener):
-    aqueue = opener()
-    with pytest.raises(ValueError, match="at least one kind"):
-        AsyncWorker(aqueue, {})
-    with pytest.raises(ValueError, match="concurrency"):
-        AsyncWorker(aqueue, {"a": lambda job: None}, concurrency=0)
-    with pytest.raises(ValueError, match="name is 256 characters long"):
-        AsyncWorker(aqueue, {"a": lambda job: None}, name="w" * 256, heartbeat_seconds=1)
+    async def refused() -> None:
+        async with opener() as aqueue:
+            with pytest.raises(ValueError, match="at least one kind"):
+                AsyncWorker(aqueue, {})
+            with pytest.raises(ValueError, match="concurrency"):
+                AsyncWorker(aqueue, {"a": lambda job: None}, concurrency=0)
+            with pytest.raises(ValueError, match="name is 256 characters long"):
+                AsyncWorker(aqueue, {"a": lambda job: None}, name="w" * 256, heartbeat_seconds=1)
+
+    asyncio.run(refused())
 
 
 def test_a_sync_worker_without_handler_processes_refuses_async_handlers(queue):
