@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
@@ -23,7 +23,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from queuecore.contract import Backend, BackendClass
 from queuecore.core.dsn import shown
 from queuecore.core.options import NoOptions
-from queuecore.core.plans import DriverStep, Outcome
+from queuecore.core.plans import DriverStep, Outcome, RunOnDriver
 from queuecore.errors import (
     DatabaseLimitError,
     QueuecoreError,
@@ -111,18 +111,28 @@ class MariaDBBackend(Backend):
             conn.autocommit = True
 
     def run_on_driver(self, conn: Any, steps: Sequence[DriverStep]) -> list[Outcome]:
+        if len(steps) == 1:
+            cursor = conn.cursor()
+            try:
+                return [_run(cursor, *steps[0])]
+            finally:
+                cursor.close()
+        with self.transaction_on_driver(conn) as run:
+            return [run(sql, params) for sql, params in steps]
+
+    @contextmanager
+    def transaction_on_driver(self, conn: Any) -> Iterator[RunOnDriver]:
+        """BEGIN on the autocommit connection; COMMIT, or a rollback on any error."""
         cursor = conn.cursor()
         try:
-            if len(steps) == 1:
-                return [_run(cursor, *steps[0])]
             cursor.execute("BEGIN")
             try:
-                outcomes = [_run(cursor, sql, params) for sql, params in steps]
+                yield lambda sql, params: _run(cursor, sql, params)
                 cursor.execute("COMMIT")
             except BaseException:
-                conn.rollback()
+                with suppress(Exception):  # a connection that died: its error is the one
+                    conn.rollback()
                 raise
-            return outcomes
         finally:
             cursor.close()
 

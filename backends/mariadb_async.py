@@ -53,7 +53,12 @@ class MariaDBAsyncDriver:
         return await loop.run_in_executor(self._threads, self._hot.execute, steps)
 
     async def run_blocking(self, tx: Tx[A]) -> A | NotImplementedType:
+        """On a thread of the pool, as `execute`: a program of compiled statements (the
+        claim) on that thread's driver connection, any other in a transaction of the
+        pool's."""
         loop = asyncio.get_running_loop()
+        if tx.hot:
+            return await loop.run_in_executor(self._threads, self._hot.run_program, tx.body)
         return await loop.run_in_executor(self._threads, run_transaction, self._hot.engine, tx.body)
 
     def finish_signal(self, job_id: int) -> AsyncSleep:

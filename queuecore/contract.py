@@ -32,7 +32,7 @@ from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.elements import ColumnElement
 
 from queuecore.core.options import QueueOptions
-from queuecore.core.plans import A, DriverStep, Hot, Outcome, Step, Tx
+from queuecore.core.plans import A, DriverStep, Hot, Outcome, RunOnDriver, Step, Tx
 from queuecore.errors import QueuecoreError, UnknownBackendError
 from queuecore.job import Completions
 from queuecore.protocol import Queue
@@ -160,6 +160,13 @@ class Backend:
     def run_on_driver(self, conn: Any, steps: Sequence[DriverStep]) -> list[Outcome]:
         """Run the steps on the DBAPI connection: one step on its own (autocommit), several
         in one transaction that takes the write lock up front. Every row is fetched."""
+        raise NotImplementedError
+
+    def transaction_on_driver(self, conn: Any) -> AbstractContextManager[RunOnDriver]:
+        """A transaction on the DBAPI connection for a program whose later statements
+        depend on the rows of earlier ones (`Tx.hot`: the claim in steps): the context
+        gives what runs one statement in it, commits on the way out, and rolls back on
+        an error. Needed where `locks_rows_it_walks_past`."""
         raise NotImplementedError
 
 

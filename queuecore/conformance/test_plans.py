@@ -89,8 +89,11 @@ def claim_statements(
     path's compiled steps, or the claim in steps (`queuecore.core.claim_steps`) with ids."""
     if not queue.backend.locks_rows_it_walks_past:
         return [(step, {}) for step in queue.ops.claim_plan(one, queue_count, kind_count).steps]
-    by_ids = {"ids": [1, 2], "passed": [3], "wanted": 18, "lease_end": 0.0}
-    return [(stmt, by_ids) for stmt in queue.ops.claim_steps(queue_count, kind_count)]
+    steps = queue.ops.claim_steps(queue_count, kind_count)
+    by_ids = {"id_0": 1, "id_1": 2, "passed_0": 3, "wanted": 18, "lease_end": 0.0}
+    sent = [steps.candidates(0), steps.candidates(1), steps.lock(2)]
+    sent += [steps.write_dead(2), steps.write_claimed(2)]
+    return [(stmt, by_ids) for stmt in sent]
 
 
 @pytest.mark.parametrize("clock_source", ["injected", "default"])
@@ -119,7 +122,7 @@ def test_r19_every_claim_shape_reads_the_ready_index(
         sent = claim_statements(queue, one, queue_count, kind_count)
         with db.connect() as conn:
             plans = [
-                harness.explain(conn, stmt.sql, stmt.parameters(params))
+                harness.explain(conn, stmt.sql, stmt.parameters({**params, **more}))
                 if isinstance(stmt, Compiled)
                 else explain(harness, conn, stmt, {**params, **more})
                 for stmt, more in sent

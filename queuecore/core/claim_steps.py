@@ -9,82 +9,143 @@ claim holds, and read whole with the clock, since such a database has no UPDATE 
 RETURNING; then written (R06, or dead by R08) from what was read. Two claimers that read
 the same candidates do not both come back empty-handed: the one that found them locked
 reads on past them, so a claim is empty only when nothing it may take is ready.
+
+The program asks for compiled statements only (`RunCompiled`), so the queue runs it on
+the hot path's own driver connection: SQLAlchemy's execution path cost more client time
+per claim than the driver and the server's answer (issue 29). Lists of ids are bound one
+parameter each, in statements compiled per size (`bucket`), since a list bound as one
+expanding parameter is compiled again on every call.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Double, Select, Update, bindparam, null, select, update
-from sqlalchemy.sql.elements import BindParameter
+from sqlalchemy import BigInteger, Double, bindparam, null, select, update
+from sqlalchemy.sql import ClauseElement
 
-from queuecore.core.plans import Program, Run
+from queuecore.core.plans import Program, RunCompiled
 from queuecore.core.shaping import ATTEMPTS, ID, MAX_ATTEMPTS, STATE, VISIBLE_AT, claimed_job
 from queuecore.sql.schema import RUNNING, jobs
 from queuecore.sql.statements import JOB_COLUMNS, Now, Walk, dead_values, due, filtered
 
 if TYPE_CHECKING:
     from queuecore.job import Job
+    from queuecore.sql.compiled import Compiled
 
 #: Candidates read beyond the claim's size, for the rows concurrent claims lock first.
 MARGIN = 8
 
-_IDS: BindParameter[list[int]] = bindparam("ids", expanding=True)
 #: Where the locked rows hold the clock's reading (after `state`).
 NOW = len(JOB_COLUMNS) + 1
 
 
-class ClaimSteps(NamedTuple):
-    candidates: Select[Any]
-    lock: Select[Any]
-    write_dead: Update
-    write_claimed: Update
+def bucket(count: int) -> int:
+    """The size a list of `count` ids is bound at: the next power of two, so that a few
+    compiled statements serve every size (the list is padded with its last id, which an
+    `IN` or a `NOT IN` reads the same)."""
+    size = 1
+    while size < count:
+        size *= 2
+    return size
 
 
-def build(now: Now, walk: Walk, queue_count: int | None, kind_count: int | None) -> ClaimSteps:
-    """The statements of one claim shape (queues and kinds filters as `picked`'s)."""
-    candidates = filtered(
-        select(jobs.c.id).where(
-            due(now, walk), jobs.c.id.not_in(bindparam("passed", expanding=True))
-        ),
-        queue_count,
-        kind_count,
-    )
-    # The locked rows come back whole, with the clock's reading: what the claim writes
-    # is known from them, so nothing is read back (there is no UPDATE … RETURNING).
-    lock = (
-        select(*JOB_COLUMNS, jobs.c.state, now.label("now"))
-        .where(jobs.c.id.in_(_IDS), due(now, walk))
-        .order_by(*walk.order)
-        .limit(bindparam("limit"))
-        .with_for_update(skip_locked=True)
-    )
-    # By id, never by a walk of the claim-order index: the optimizer took that walk for
-    # the ORDER BY ... LIMIT once the table had churned, and a locking read locks what
-    # it walks past (403 rows examined a lock with 4 workers, against 13 with one).
-    for dialect in ("mariadb", "mysql"):
-        lock = lock.with_hint(jobs, "FORCE INDEX (PRIMARY)", dialect_name=dialect)
-    # Each write reads only columns it leaves alone, or sets them after reading them
-    # (`ordered_values`): MariaDB applies SET assignments one after another, not at once.
-    write_dead = (
-        update(jobs).where(jobs.c.id.in_(_IDS)).values(**dead_values(), ready_at=jobs.c.visible_at)
-    )
-    write_claimed = (
-        update(jobs)
-        .where(jobs.c.id.in_(_IDS))
-        .ordered_values(
-            (jobs.c.ready_at, jobs.c.visible_at),
-            (jobs.c.state, RUNNING),
-            (jobs.c.attempts, jobs.c.attempts + 1),
-            (jobs.c.visible_at, bindparam("lease_end", type_=Double)),
-            (jobs.c.lease_token, bindparam("token")),
-            (jobs.c.worker, bindparam("claimant")),
-            (jobs.c.started_at, null()),  # held, not yet started (W9)
+def listed(name: str, ids: Sequence[int], size: int) -> dict[str, int]:
+    """`ids` as the parameters `name_0` … `name_{size-1}`, padded with the last one."""
+    padded = [*ids, *[ids[-1]] * (size - len(ids))]
+    return {f"{name}_{i}": value for i, value in enumerate(padded)}
+
+
+def _bound(name: str, size: int) -> list[Any]:
+    return [bindparam(f"{name}_{i}", type_=BigInteger) for i in range(size)]
+
+
+class ClaimSteps:
+    """The statements of one claim shape (queues and kinds filters as `picked`'s), each
+    compiled on first use for the size of its lists of ids."""
+
+    def __init__(
+        self,
+        compile: Callable[[ClauseElement], Compiled],
+        now: Now,
+        walk: Walk,
+        queue_count: int | None,
+        kind_count: int | None,
+    ) -> None:
+        self._compile = compile
+        self._now, self._walk = now, walk
+        self._queue_count, self._kind_count = queue_count, kind_count
+        self._compiled: dict[tuple[str, int], Compiled] = {}
+
+    def candidates(self, passed: int) -> Compiled:
+        """The due ids in claim order (`wanted` of them, after those `passed_0` … that
+        an earlier round of the claim read; none with `passed` 0), read without locks."""
+        return self._sized("candidates", passed, self._candidates)
+
+    def lock(self, ids: int) -> Compiled:
+        """Of the ids `id_0` …, the first `limit` still due, locked, skipping those
+        another claim holds, read whole with the clock's reading. By id, never by a walk
+        of the claim-order index: the optimizer took that walk for the ORDER BY ... LIMIT
+        once the table had churned, and a locking read locks what it walks past (403
+        rows examined a lock with 4 workers, against 13 with one)."""
+        return self._sized("lock", ids, self._lock)
+
+    def write_dead(self, ids: int) -> Compiled:
+        """R08: the locked rows whose lease ended on their last attempt, written dead."""
+        return self._sized("write_dead", ids, self._write_dead)
+
+    def write_claimed(self, ids: int) -> Compiled:
+        """R06: the locked rows, claimed. Each column is read before it is set
+        (`ordered_values`): MariaDB applies SET assignments one after another."""
+        return self._sized("write_claimed", ids, self._write_claimed)
+
+    def _sized(self, name: str, size: int, build: Callable[[int], ClauseElement]) -> Compiled:
+        compiled = self._compiled.get((name, size))
+        if compiled is None:
+            compiled = self._compiled[(name, size)] = self._compile(build(size))
+        return compiled
+
+    def _candidates(self, passed: int) -> ClauseElement:
+        stmt = select(jobs.c.id).where(due(self._now, self._walk))
+        if passed:
+            stmt = stmt.where(jobs.c.id.not_in(_bound("passed", passed)))
+        stmt = filtered(stmt, self._queue_count, self._kind_count)
+        return stmt.order_by(*self._walk.order).limit(bindparam("wanted"))
+
+    def _lock(self, ids: int) -> ClauseElement:
+        lock = (
+            select(*JOB_COLUMNS, jobs.c.state, self._now.label("now"))
+            .where(jobs.c.id.in_(_bound("id", ids)), due(self._now, self._walk))
+            .order_by(*self._walk.order)
+            .limit(bindparam("limit"))
+            .with_for_update(skip_locked=True)
         )
-    )
-    return ClaimSteps(
-        candidates.order_by(*walk.order).limit(bindparam("wanted")), lock, write_dead, write_claimed
-    )
+        for dialect in ("mariadb", "mysql"):
+            lock = lock.with_hint(jobs, "FORCE INDEX (PRIMARY)", dialect_name=dialect)
+        return lock
+
+    def _write_dead(self, ids: int) -> ClauseElement:
+        return (
+            update(jobs)
+            .where(jobs.c.id.in_(_bound("id", ids)))
+            .values(**dead_values(), ready_at=jobs.c.visible_at)
+        )
+
+    def _write_claimed(self, ids: int) -> ClauseElement:
+        return (
+            update(jobs)
+            .where(jobs.c.id.in_(_bound("id", ids)))
+            .ordered_values(
+                (jobs.c.ready_at, jobs.c.visible_at),
+                (jobs.c.state, RUNNING),
+                (jobs.c.attempts, jobs.c.attempts + 1),
+                (jobs.c.visible_at, bindparam("lease_end", type_=Double)),
+                (jobs.c.lease_token, bindparam("token")),
+                (jobs.c.worker, bindparam("claimant")),
+                (jobs.c.started_at, null()),  # held, not yet started (W9)
+            )
+        )
 
 
 def claim(steps: ClaimSteps, params: dict[str, Any], limit: int) -> Program[list[Job]]:
@@ -94,11 +155,15 @@ def claim(steps: ClaimSteps, params: dict[str, Any], limit: int) -> Program[list
     while len(handed) < limit:
         need = limit - len(handed)
         wanted = need + MARGIN
-        read = {**params, "wanted": wanted, "passed": passed}
-        ids = list((yield Run(steps.candidates, read)).scalars())
+        size = bucket(len(passed)) if passed else 0
+        read = {**params, "wanted": wanted, **(listed("passed", passed, size) if size else {})}
+        _, found, _ = yield RunCompiled(steps.candidates(size), read)
+        ids = [row[0] for row in found]
         if not ids:
             break
-        rows = (yield Run(steps.lock, {**params, "ids": ids, "limit": need})).all()
+        size = bucket(len(ids))
+        locking = {**params, **listed("id", ids, size), "limit": need}
+        _, rows, _ = yield RunCompiled(steps.lock(size), locking)
         taken = [row[ID] for row in rows]
         # The lock walks the candidates in their order and stops at `need`: those before
         # its last were locked elsewhere or are no longer due; those after, not yet seen.
@@ -107,20 +172,23 @@ def claim(steps: ClaimSteps, params: dict[str, Any], limit: int) -> Program[list
         passed.extend(taken)
         # R08: a lease that ended on the last attempt is written dead, never handed out;
         # the loop reads on for the room it took.
-        lost = {
+        lost = sorted(
             row[ID]
             for row in rows
             if row[STATE] == "running" and row[ATTEMPTS] >= row[MAX_ATTEMPTS]
-        }
+        )
         if lost:
-            yield Run(steps.write_dead, {"ids": sorted(lost)})
+            size = bucket(len(lost))
+            yield RunCompiled(steps.write_dead(size), listed("id", lost, size))
         claimed = [row for row in rows if row[ID] not in lost]
         if claimed:
             lease_end = float(rows[0][NOW]) + params["lease_seconds"]
-            writing = {**params, "ids": [row[ID] for row in claimed], "lease_end": lease_end}
-            yield Run(steps.write_claimed, writing)
+            ids = [row[ID] for row in claimed]
+            size = bucket(len(ids))
+            writing = {**params, **listed("id", ids, size), "lease_end": lease_end}
+            yield RunCompiled(steps.write_claimed(size), writing)
             handed.extend(claimed_job(_as_claimed(row, lease_end), token) for row in claimed)
-        if len(ids) < wanted and len(taken) < need:
+        if len(found) < wanted and len(taken) < need:
             break  # every due row was seen: there is nothing more to take
     return handed
 

@@ -172,7 +172,7 @@ class Operations(StatementSet):
                 params[f"kind_{i}"] = validate.kind(kind)
         if self.backend.locks_rows_it_walks_past:
             steps = self.claim_steps(queue_count, kind_count)
-            return Tx(claim_steps.claim(steps, params, limit))
+            return Tx(claim_steps.claim(steps, params, limit), hot=True)
         plan = self.claim_plan(limit == 1, queue_count, kind_count)
         handed: list[tuple[Any, ...]] = []
 

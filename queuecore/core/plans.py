@@ -9,9 +9,10 @@ only send. An operation hands back one of these plans:
   (a claim that met rows dead by R08 looks again). No generator on this path: claim and
   complete run tens of thousands of times a second, and a generator costs microseconds.
 - `Tx`: a program run inside one SQLAlchemy transaction (the queue's own, or the caller's
-  `conn=`). The program is a generator that yields requests (`Run`, `CallEffect`, a
-  savepoint request, `INVALIDATED`) and receives their answers; an exception the request
-  raised is thrown back into it at the `yield`, so it reads like straight-line code.
+  `conn=`). The program is a generator that yields requests (`Run`, `RunCompiled`,
+  `CallEffect`, a savepoint request, `INVALIDATED`) and receives their answers; an
+  exception the request raised is thrown back into it at the `yield`, so it reads like
+  straight-line code.
 - `Ready`: the answer is known without the database (an empty batch).
 - a generator of plans, for an operation of several transactions (purge's batches).
 """
@@ -34,6 +35,8 @@ Step = tuple[Compiled, Mapping[str, Any]]
 Outcome = tuple[int, list[tuple[Any, ...]], tuple[Any, ...]]
 #: The driver's form of a step: SQL text and laid-out parameters.
 DriverStep = tuple[str, Any]
+#: Runs one driver step inside a transaction on the driver connection, fetching its rows.
+RunOnDriver = Callable[[str, Any], Outcome]
 
 # The plans are generic in their answer, so each operation's return type is checked from
 # its `finish` to the queue's method. Slotted dataclasses: a generic NamedTuple needs
@@ -57,6 +60,14 @@ class Run(NamedTuple):
 
     statement: Any
     params: Any = None
+
+
+class RunCompiled(NamedTuple):
+    """Execute one compiled statement on the transaction's connection; the answer is its
+    `Outcome`. A program of these alone can run on the hot path's driver connection."""
+
+    compiled: Compiled
+    params: Mapping[str, Any]
 
 
 class CallEffect(NamedTuple):
@@ -91,12 +102,15 @@ class Tx(Generic[A]):
     """Run `body` in a transaction: a write one (BEGIN IMMEDIATE on SQLite) or a read one,
     or in the caller's own when `conn` is given (then neither begun nor committed here).
     `calls_back`: the program calls the caller's effects (an async queue must then run
-    it on its event loop, where an `async def` effect can be awaited)."""
+    it on its event loop, where an `async def` effect can be awaited). `hot`: it asks
+    only `RunCompiled`, so the queue may run it in a transaction on the hot path's own
+    driver connection (the claim in steps, where a claim cannot be one statement)."""
 
     body: Program[A]
     write: bool = True
     conn: Any = None
     calls_back: bool = False
+    hot: bool = False
 
 
 @final

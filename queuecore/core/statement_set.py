@@ -10,7 +10,7 @@ from sqlalchemy import Double, bindparam, select
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.elements import ColumnElement
 
-from queuecore.core.claim_steps import ClaimSteps, build
+from queuecore.core.claim_steps import ClaimSteps
 from queuecore.core.worker_records import WorkerStatements
 from queuecore.sql import statements
 from queuecore.sql.compiled import Compiled
@@ -145,7 +145,8 @@ class StatementSet:
         """The statements of a claim in steps (`queuecore.core.claim_steps`) for this shape."""
         steps = self._steps.get((queue_count, kind_count))
         if steps is None:
-            steps = build(self.now_sql, self.backend.walk(), queue_count, kind_count)
+            walk = self.backend.walk()
+            steps = ClaimSteps(self.compile, self.now_sql, walk, queue_count, kind_count)
             self._steps[(queue_count, kind_count)] = steps
         return steps
 

@@ -32,9 +32,11 @@ from queuecore.core.plans import (
     Program,
     Ready,
     Run,
+    RunCompiled,
     Savepoint,
     Tx,
 )
+from queuecore.executors.hotpath import execute_on_connection
 from queuecore.executors.reconnect import Outage, async_transaction, reconnecting, translating
 from queuecore.executors.waiting import wait_until_finished_async
 from queuecore.job import Completions, EnqueueResult, Job, JobSnapshot, WorkerInfo
@@ -280,6 +282,8 @@ async def _drive(conn: AsyncConnection, body: Program[A]) -> A:
         try:
             if type(request) is Run:
                 answer = await conn.execute(request.statement, request.params)
+            elif type(request) is RunCompiled:
+                (answer,) = await conn.run_sync(execute_on_connection, (request,))
             elif type(request) is CallEffect:
                 await _call_effect(conn, request.effect)
             elif request is Savepoint.BEGIN:

@@ -12,14 +12,14 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import Connection, Engine, exc
 from sqlalchemy.pool import PoolProxiedConnection
 
 from queuecore.contract import Backend
-from queuecore.core.plans import Outcome, Step
+from queuecore.core.plans import A, Outcome, Program, RunCompiled, RunOnDriver, Step
 from queuecore.executors.reconnect import LOST, transaction
 
 if TYPE_CHECKING:
@@ -65,18 +65,56 @@ class HotPath:
         """Run the steps in one transaction. Driver errors still surface as SQLAlchemy's; a
         lost connection is closed, replaced on the next call, and marked for `reconnecting`
         as lost while committing (a statement in autocommit may have landed): every
-        hot-path operation is safe to run again.
-
-        SQLAlchemy's cursor events cannot fire on this path, so an engine that has
-        listeners for them (tracing, logging, tests that watch the SQL) gets the same
-        statements through its Connection instead, events and all; so does a thread
-        that keeps no connection (`connect_per_call`)."""
-        if self.instrumented() or getattr(_per_call, "on", False):
+        hot-path operation is safe to run again. Through SQLAlchemy's Connection where
+        `on_connection` says so."""
+        if self.on_connection():
             with transaction(self.engine) as conn:
                 return execute_on_connection(conn, steps)
+        raw, driver = self._driver()
+        try:
+            driver_steps = [(c.sql, c.parameters(params)) for c, params in steps]
+            outcomes = self.backend.run_on_driver(driver, driver_steps)
+        except self.engine.dialect.loaded_dbapi.Error as error:
+            raise self._failed(raw, error) from error
+        return [
+            (count, c.rows(rows, codes), codes)
+            for (c, _), (count, rows, codes) in zip(steps, outcomes, strict=True)
+        ]
+
+    def run_program(self, body: Program[A]) -> A:
+        """A program that asks only `RunCompiled` (`Tx.hot`), in one transaction on this
+        thread's driver connection (`Backend.transaction_on_driver`); errors, a lost
+        connection and an instrumented engine as `execute` has them. An error is not
+        thrown into the program: the transaction is rolled back and the error raised."""
+        if self.on_connection():
+            with transaction(self.engine) as conn:
+                return drive_compiled(body, lambda step: execute_on_connection(conn, (step,))[0])
+        raw, driver = self._driver()
+
+        def run(step: RunCompiled, on_driver: RunOnDriver) -> Outcome:
+            compiled = step.compiled
+            count, rows, codes = on_driver(compiled.sql, compiled.parameters(step.params))
+            return count, compiled.rows(rows, codes), codes
+
+        try:
+            with self.backend.transaction_on_driver(driver) as on_driver:
+                return drive_compiled(body, lambda step: run(step, on_driver))
+        except self.engine.dialect.loaded_dbapi.Error as error:
+            raise self._failed(raw, error) from error
+
+    def on_connection(self) -> bool:
+        """Whether this call goes through SQLAlchemy's Connection instead of the driver's:
+        SQLAlchemy's cursor events cannot fire on the driver's, so an engine that has
+        listeners for them (tracing, logging, tests that watch the SQL) gets the same
+        statements through its Connection, events and all; so does a thread that keeps
+        no connection (`connect_per_call`)."""
+        return self.instrumented() or getattr(_per_call, "on", False)
+
+    def _driver(self) -> tuple[PoolProxiedConnection, Any]:
+        """This thread's driver connection; one that cannot be made raises as lost."""
         dialect = self.engine.dialect
         try:
-            raw, driver = self.connection()
+            return self.connection()
         except dialect.loaded_dbapi.Error as error:
             # Unlike engine.connect(), the pool hands on the driver's own error: wrapped, so
             # that `reconnecting` and the worker know a connection that could not be made.
@@ -85,19 +123,15 @@ class HotPath:
             )
             setattr(unreachable, LOST, "before commit")
             raise unreachable from error
-        try:
-            driver_steps = [(c.sql, c.parameters(params)) for c, params in steps]
-            outcomes = self.backend.run_on_driver(driver, driver_steps)
-        except dialect.loaded_dbapi.Error as error:
-            lost = dialect.is_disconnect(error, raw.dbapi_connection, None)
-            if lost:
-                self._local.held = None
-                raw.invalidate(error)
-            raise lost_or_not(error, dialect, lost) from error
-        return [
-            (count, c.rows(rows, codes), codes)
-            for (c, _), (count, rows, codes) in zip(steps, outcomes, strict=True)
-        ]
+
+    def _failed(self, raw: PoolProxiedConnection, error: Any) -> exc.DBAPIError:
+        """The driver's error as SQLAlchemy's; a lost connection is dropped first."""
+        dialect = self.engine.dialect
+        lost = dialect.is_disconnect(error, raw.dbapi_connection, None)
+        if lost:
+            self._local.held = None
+            raw.invalidate(error)
+        return lost_or_not(error, dialect, lost)
 
     def instrumented(self) -> bool:
         dispatch = self.engine.dispatch
@@ -127,6 +161,21 @@ def lost_or_not(error: Exception, dialect: Any, lost: bool) -> exc.DBAPIError:
     if lost:
         setattr(wrapped, LOST, "during commit")
     return wrapped
+
+
+def drive_compiled(body: Program[A], run: Callable[[RunCompiled], Outcome]) -> A:
+    """Answer each `RunCompiled` the program asks with `run`; its return value."""
+    answer: Outcome | None = None
+    while True:
+        try:
+            request = body.send(answer)
+        except StopIteration as done:
+            value: A = done.value  # the program's return value, typed Any by Python
+            return value
+        if type(request) is not RunCompiled:
+            body.close()
+            raise TypeError(f"not a request a hot program may make: {request!r}")
+        answer = run(request)
 
 
 def execute_on_connection(conn: Connection, steps: Sequence[Step]) -> list[Outcome]:

@@ -28,10 +28,11 @@ from queuecore.core.plans import (
     Program,
     Ready,
     Run,
+    RunCompiled,
     Savepoint,
     Tx,
 )
-from queuecore.executors.hotpath import HotPath
+from queuecore.executors.hotpath import HotPath, execute_on_connection
 from queuecore.executors.reconnect import Outage, reconnecting, transaction, translating
 from queuecore.executors.waiting import Sleep, wait_until_finished
 from queuecore.job import Completions, EnqueueResult, Job, JobSnapshot, WorkerInfo
@@ -133,6 +134,8 @@ class SQLQueue(OptionsView):
         if tx.conn is not None:
             self.backend.check_callers_connection(tx.conn)
             return _drive(tx.conn, tx.body)
+        if tx.hot:
+            return self.hot.run_program(tx.body)
         return run_transaction(self.engine if tx.write else self._read_engine, tx.body)
 
     # --- the operations ---------------------------------------------------------------
@@ -336,6 +339,8 @@ def _drive(conn: Connection, body: Program[A]) -> A:
         try:
             if type(request) is Run:
                 answer = conn.execute(request.statement, request.params)
+            elif type(request) is RunCompiled:
+                (answer,) = execute_on_connection(conn, (request,))
             elif type(request) is CallEffect:
                 request.effect(conn)
             elif request is Savepoint.BEGIN:
