@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 
 import queuecore
-from queuecore.core.claim_steps import bucket, listed
+from queuecore.core.sized import bucket, listed
 
 
 def test_a_list_is_bound_at_the_next_power_of_two():

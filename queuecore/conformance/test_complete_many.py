@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -64,6 +65,41 @@ def test_r09_complete_many_rejects_stale_tokens_one_by_one(queue, clock):
     snap = queue.get(stale.id)
     assert snap.state == "running" and snap.attempts == 2 and snap.worker == "other"
     assert queue.complete(fresh)
+
+
+def _one_taken_over(
+    queue: queuecore.Queue, clock: Any, count: int
+) -> tuple[list[queuecore.Job], queuecore.Job]:
+    """`count` jobs claimed by "w", the third's lease then taken by another claim: the
+    jobs as "w" holds them (the third stale, every other claimed again), and the third
+    as the other claim holds it."""
+    jobs = _claimed(queue, count)
+    clock.advance(LEASE + 1)
+    taken = queue.claim("other", limit=count)  # every lease ran out
+    assert sorted(job.id for job in taken) == sorted(job.id for job in jobs)
+    for job in taken:
+        if job.id != jobs[2].id:
+            queue.release(job)
+    again = {job.id: job for job in queue.claim("w", limit=count)}
+    assert len(again) == count - 1
+    [fresh] = [job for job in taken if job.id == jobs[2].id]
+    return [again.get(job.id, job) for job in jobs], fresh
+
+
+def test_r09_complete_many_answers_each_job_of_a_large_batch_in_order(queue, clock):
+    """Eleven jobs, one of them stale: a batch whose size is no power of two, as a
+    backend that binds its fences at a few sizes pads it."""
+    batch, _ = _one_taken_over(queue, clock, 11)
+    assert queue.complete_many(batch) == [True, True, False] + [True] * 8
+    states = [queue.get(job.id).state for job in batch]
+    assert states == ["done", "done", "running"] + ["done"] * 8
+
+
+def test_r09_complete_many_of_one_job_under_two_claims_completes_the_current_one(queue, clock):
+    batch, fresh = _one_taken_over(queue, clock, 11)
+    completed = queue.complete_many([*batch, fresh])  # the stale claim listed first
+    assert completed == [True, True, False] + [True] * 8 + [True]
+    assert all(queue.get(job.id).state == "done" for job in batch)
 
 
 def test_r09_complete_many_never_completes_a_job_twice(queue):

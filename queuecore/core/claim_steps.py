@@ -13,13 +13,12 @@ reads on past them, so a claim is empty only when nothing it may take is ready.
 The program asks for compiled statements only (`RunCompiled`), so the queue runs it on
 the hot path's own driver connection: SQLAlchemy's execution path cost more client time
 per claim than the driver and the server's answer (issue 29). Lists of ids are bound one
-parameter each, in statements compiled per size (`bucket`), since a list bound as one
-expanding parameter is compiled again on every call.
+parameter each, in statements compiled per size (`queuecore.core.sized`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import BigInteger, Double, bindparam, null, select, update
@@ -27,6 +26,7 @@ from sqlalchemy.sql import ClauseElement
 
 from queuecore.core.plans import Program, RunCompiled
 from queuecore.core.shaping import ATTEMPTS, ID, MAX_ATTEMPTS, STATE, VISIBLE_AT, claimed_job
+from queuecore.core.sized import bucket, listed
 from queuecore.sql.schema import RUNNING, jobs
 from queuecore.sql.statements import JOB_COLUMNS, Now, Walk, dead_values, due, filtered
 
@@ -39,22 +39,6 @@ MARGIN = 8
 
 #: Where the locked rows hold the clock's reading (after `state`).
 NOW = len(JOB_COLUMNS) + 1
-
-
-def bucket(count: int) -> int:
-    """The size a list of `count` ids is bound at: the next power of two, so that a few
-    compiled statements serve every size (the list is padded with its last id, which an
-    `IN` or a `NOT IN` reads the same)."""
-    size = 1
-    while size < count:
-        size *= 2
-    return size
-
-
-def listed(name: str, ids: Sequence[int], size: int) -> dict[str, int]:
-    """`ids` as the parameters `name_0` … `name_{size-1}`, padded with the last one."""
-    padded = [*ids, *[ids[-1]] * (size - len(ids))]
-    return {f"{name}_{i}": value for i, value in enumerate(padded)}
 
 
 def _bound(name: str, size: int) -> list[Any]:
