@@ -27,8 +27,6 @@ from queuecore.errors import (
 )
 from queuecore.executors.sqlqueue import SQLQueue
 from queuecore.job import Completions
-from queuecore.sql import statements
-from queuecore.sql.compiled import Compiled
 from queuecore.sql.schema import jobs
 
 if TYPE_CHECKING:
@@ -215,7 +213,6 @@ class SQLiteBackend(Backend):
     ) -> None:
         super().__init__(dialect)
         self.busy_timeout, self.synchronous, self.patience = busy_timeout, synchronous, patience
-        self._fences: dict[int, Compiled] = {}  # complete_fenced's statement, by size
 
     def complete_fenced(self, ops: QueueStatements, batch: Sequence[Job]) -> Hot[Completions]:
         """One statement for the whole batch: its (id, token) pairs as a list of row
@@ -232,11 +229,7 @@ class SQLiteBackend(Backend):
             **listed("job", [job.id for job in batch], size),
             **listed("token", [job.lease_token for job in batch], size),
         )
-        compiled = self._fences.get(size)
-        if compiled is None:
-            compiled = self._fences[size] = ops.compile(
-                statements.complete_fences(ops.now_sql, size)
-            )
+        compiled = ops.fences_statement(size)
 
         def finish(outcomes: list[Outcome]) -> Completions:
             passed = {row[0] for row in outcomes[0][1]}

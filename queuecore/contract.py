@@ -48,8 +48,9 @@ if TYPE_CHECKING:
 
 class QueueStatements(Protocol):
     """What a `Backend`'s hooks may use of its queue's statements (the core's `Operations`
-    satisfies it): the clock expression, compiling, the parameters of one statement, and
-    the one slot a backend may fill (`hot_enqueue_many`, its one-statement batch insert)."""
+    satisfies it): the clock expression, compiling, the parameters of one statement, the
+    fenced completes of a batch in one statement, and the one slot a backend may fill
+    (`hot_enqueue_many`, its one-statement batch insert)."""
 
     now_sql: ColumnElement[Any]
     hot_complete: Compiled
@@ -60,6 +61,8 @@ class QueueStatements(Protocol):
     def params(self, **params: Any) -> dict[str, Any]: ...
 
     def fence(self, job: Job, **params: Any) -> dict[str, Any]: ...
+
+    def fences_statement(self, count: int) -> Compiled: ...
 
 
 class Backend:

@@ -68,6 +68,7 @@ class StatementSet:
         self._steps: dict[tuple[int | None, int | None], ClaimSteps] = {}
         self._held: dict[int, Compiled] = {}
         self._started: dict[int, Compiled] = {}
+        self._fences: dict[int, Compiled] = {}
         self.hot_complete = self.compile(self.stmt_complete)
         self.hot_complete_result = self.compile(self.stmt_complete_result)
         self.hot_fail_retry = self.compile(s.fail_retry(now))
@@ -132,6 +133,11 @@ class StatementSet:
     def started_statement(self, count: int) -> Compiled:
         """`mark_started`'s write of `count` jobs, compiled on first use."""
         return self._sized(self._started, statements.started_of, count)
+
+    def fences_statement(self, count: int) -> Compiled:
+        """The fenced completes of `count` jobs in one statement (where a backend sends
+        them so, `Backend.complete_fenced`), compiled on first use."""
+        return self._sized(self._fences, statements.complete_fences, count)
 
     def _sized(
         self, cache: dict[int, Compiled], build: Callable[[Any, int], Any], count: int
