@@ -80,6 +80,17 @@ class AckWindow:
                 return
         self._flush([ack])
 
+    def add_all(self, acks: list[Ack]) -> None:
+        """`add` for several completions, under one lock."""
+        with self._changed:
+            if not self._closing:
+                waiting = len(self._waiting)
+                self._waiting += acks
+                if waiting == 0 or len(self._waiting) >= self.size > waiting:
+                    self._changed.notify()
+                return
+        self._flush(acks)
+
     def close(self) -> None:
         """Flush every completion still waiting, then stop (graceful shutdown, W4)."""
         with self._changed:

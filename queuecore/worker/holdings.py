@@ -273,10 +273,10 @@ class Holdings:
             self._work.notify_all()
         return unstarted
 
-    def acking(self) -> None:
-        """A held job's completion went to the ack window: its slot is free."""
+    def acking(self, jobs: int = 1) -> None:
+        """Held jobs' completions went to the ack window: their slots are free."""
         with self._lock:
-            self._acking += 1
+            self._acking += jobs
             due = self._room_made()
         if due:
             self._wake()

@@ -117,6 +117,27 @@ class Reporter:
             if not windowed:
                 self.holdings.let_go(lease)
 
+    def report_all(self, reports: list[tuple[Lease, Outcome, float]]) -> None:
+        """`report` for each of several jobs (lease, outcome, when its handler started)
+        that a slot learned of at once: their completions go to the ack window in one
+        hand-over, not one each."""
+        acks = self.acks
+        if acks is None or len(reports) == 1:
+            for lease, outcome, started in reports:
+                self.report(lease, outcome, started)
+            return
+        windowed = [
+            Ack(lease, outcome.effect, started, result=outcome.result)
+            for lease, outcome, started in reports
+            if isinstance(outcome, Returned)
+        ]
+        if windowed:
+            self.holdings.acking(len(windowed))  # the slot is free: claim its next jobs now
+            acks.add_all(windowed)
+        for lease, outcome, started in reports:
+            if not isinstance(outcome, Returned):
+                self.report(lease, outcome, started)
+
     def waits_for_nothing(self, outcome: Outcome) -> bool:
         """Whether `report(…, outcome, …)` only hands the completion to the ack window,
         so a thread that must not wait on the database may call it."""

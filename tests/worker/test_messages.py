@@ -1,14 +1,32 @@
-"""The messages between a worker and its handler processes arrive as they were sent, and
-the lease a job is handled under says once that it was lost."""
+"""The messages between a worker and its handler processes arrive as they were sent (one
+by one, or many in one read), and the lease a job is handled under says once that it was lost."""
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import pickle
+import select
+import struct
 import threading
+from collections.abc import Iterator
+from multiprocessing.connection import Connection
+
+import pytest
 
 from queuecore.handling import Lease
 from queuecore.job import Job, to_datetime
-from queuecore.worker.processes.messages import JobReturned, Jobs, unwire, wire
+from queuecore.worker.processes.messages import (
+    READ_AT_ONCE,
+    Inbox,
+    JobCompleting,
+    JobReturned,
+    Jobs,
+    pickled,
+    send,
+    unwire,
+    wire,
+)
 
 
 def _travel(message: object) -> object:
@@ -59,3 +77,69 @@ def test_a_lease_is_lost_once_and_every_handler_waits_on_the_same_event():
     assert len({id(event) for event in events}) == 1
     assert [lease.mark_lost(), lease.mark_lost()] == [True, False]
     assert lease.is_lost and events[0].is_set()
+
+
+Pair = tuple[Connection, Inbox]
+
+
+@pytest.fixture
+def pair() -> Iterator[Pair]:
+    """A child's end that sends as a handler process does, and the worker's inbox on
+    the other end."""
+    worker_end, child_end = multiprocessing.Pipe()
+    yield child_end, Inbox(worker_end.fileno())
+    worker_end.close()
+    child_end.close()
+
+
+def _read_all(inbox: Inbox, until: int) -> list[object]:
+    """What the inbox returns over as many reads as it takes for `until` messages (or
+    until nothing more arrives for a while)."""
+    messages: list[object] = []
+    while len(messages) < until and select.select([inbox.fd], [], [], 10)[0]:
+        messages += inbox.read()
+    return messages
+
+
+def test_the_inbox_takes_every_message_waiting_in_one_read(pair: Pair) -> None:
+    """Outcomes sent one by one, read at once: a short handler's process sends several
+    before the worker looks, and each must come out whole, in order."""
+    child, inbox = pair
+    sent = [JobReturned(n, {"n": n}, 0.001 * n) for n in range(1, 51)]
+    for message in sent:
+        send(child, message)
+    assert inbox.read() == sent
+
+
+def test_the_inbox_keeps_a_message_cut_between_reads_and_one_longer_than_a_read(pair: Pair) -> None:
+    """A result longer than one read (READ_AT_ONCE) arrives over several reads, and the
+    message after it is not lost; nor is one whose header alone has arrived."""
+    child, inbox = pair
+    long = JobReturned(1, "x" * (3 * READ_AT_ONCE), 0.5)
+    sender = threading.Thread(target=lambda: [send(child, long), send(child, JobCompleting(2))])
+    sender.start()
+    assert _read_all(inbox, 2) == [long, JobCompleting(2)]
+    sender.join()
+    frame = pickled(JobCompleting(3))
+    header, body = struct.pack("!i", len(frame)), frame
+    os.write(child.fileno(), header[:2])
+    assert inbox.read() == []
+    os.write(child.fileno(), header[2:] + body[:3])
+    assert inbox.read() == []
+    os.write(child.fileno(), body[3:])
+    assert inbox.read() == [JobCompleting(3)]
+
+
+def test_the_inbox_returns_what_a_dead_child_sent_before_saying_it_closed(pair: Pair) -> None:
+    """W7: once a handler process died, every outcome it sent is read before its death
+    is: the jobs it finished are reported, not run again; a message it was cut off in
+    the middle of is no message."""
+    child, inbox = pair
+    send(child, JobReturned(1, None, 0.1))
+    send(child, JobReturned(2, None, 0.1))
+    frame = pickled(JobReturned(3, None, 0.1))
+    os.write(child.fileno(), struct.pack("!i", len(frame)) + frame[:5])
+    child.close()
+    assert inbox.read() == [JobReturned(1, None, 0.1), JobReturned(2, None, 0.1)]
+    with pytest.raises(EOFError):
+        inbox.read()

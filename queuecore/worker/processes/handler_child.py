@@ -39,8 +39,8 @@ from queuecore.worker.processes.messages import (
     Lost,
     Message,
     Stop,
+    pickled,
     receive,
-    wire,
 )
 from queuecore.worker.processes.shared import RUNNING, log
 from queuecore.worker.slots import run_in_this_process
@@ -79,7 +79,7 @@ class Serving:
         process running, and the worker waiting for it at shutdown (seen in CI)."""
         with self._sending:
             try:
-                self.conn.send(wire(message))
+                self.conn.send_bytes(pickled(message))
             except OSError:  # BrokenPipeError, ConnectionResetError
                 tracing.flush()
                 os._exit(0)

@@ -23,19 +23,19 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from queuecore.handling import Lease, Raised
+from queuecore.handling import Lease, Outcome, Raised
 from queuecore.observe.observer import WorkerObserver
 from queuecore.worker.holdings import Holdings
 from queuecore.worker.processes.child_slot import Child, ChildSlot, Sent
 from queuecore.worker.processes.handler_processes import HandlerProcessError
 from queuecore.worker.processes.messages import (
+    Inbox,
     JobCompleting,
     JobsUnstarted,
     Lost,
     Message,
     Stop,
     job_ended,
-    receive,
     send,
 )
 from queuecore.worker.processes.shared import RUNNING
@@ -45,7 +45,6 @@ from queuecore.worker.processes.slot_rules import (
     jobs_ahead,
     send_jobs,
 )
-from queuecore.worker.reporter import Reporter
 
 #: A handler running this long (or LONG_FACTOR times the mean, when that is longer)
 #: gives the jobs queued behind it back to the other slots, and its slot takes none
@@ -68,6 +67,7 @@ class HandlerChild(Child):
     """A handler process, with the word it writes the ticket of each job it starts into."""
 
     running: mmap.mmap | None = None  # RUNNING: the ticket of the job it started last
+    inbox: Inbox | None = None  # its messages, read from its socket
 
 
 class HandlerProcess(ChildSlot[HandlerChild]):
@@ -76,7 +76,7 @@ class HandlerProcess(ChildSlot[HandlerChild]):
     def _start(self) -> None:
         """Fork a handler process and wait until it runs, so no claimed job waits for that."""
         pid, conn, running = self.server.fork_running()
-        child = HandlerChild(pid, conn, running=running)
+        child = HandlerChild(pid, conn, running=running, inbox=Inbox(conn.fileno()))
         self._child = child
 
     def _close(self) -> None:
@@ -133,15 +133,21 @@ class HandlerProcess(ChildSlot[HandlerChild]):
                 if out:
                     self._stop_due(child, (out[0],))
                 if child.readable(WATCH_SLICE):
-                    message = receive(child.conn)
-                    if isinstance(message, JobsUnstarted):  # the last ones sent, on a Stop
-                        given = [out.pop().lease for _ in message.tickets][::-1]
-                        if stopped or not holdings.hand_back(given):
-                            for lease in given:
-                                reporter.release(lease)
-                        asked_back = False
-                    else:
-                        self._receive(message, out, holdings, reporter, observer)
+                    assert child.inbox is not None
+                    ended: list[tuple[Lease, Outcome, float]] = []
+                    for message in child.inbox.read():
+                        if isinstance(message, JobsUnstarted):  # the last sent, on a Stop
+                            given = [out.pop().lease for _ in message.tickets][::-1]
+                            if stopped or not holdings.hand_back(given):
+                                for lease in given:
+                                    reporter.release(lease)
+                            asked_back = False
+                        else:
+                            self._receive(message, out, holdings, observer, ended)
+                    if out and out[0].begun is None:
+                        self._begin(out[0], observer)
+                    if ended:
+                        reporter.report_all(ended)
         except (EOFError, OSError):
             pass
         self._died(child, out)
@@ -187,10 +193,11 @@ class HandlerProcess(ChildSlot[HandlerChild]):
         message: Message,
         out: deque[Sent],
         holdings: Holdings,
-        reporter: Reporter,
         observer: WorkerObserver,
+        ended: list[tuple[Lease, Outcome, float]],
     ) -> None:
-        """A job's outcome, for the oldest job out: a handler process runs them in order."""
+        """A job's outcome, for the oldest job out (a handler process runs them in
+        order), added to `ended` for the reporter; or word that it commits its effect."""
         if isinstance(message, JobCompleting):  # a heartbeat finding it done is no loss
             out[0].lease.reporting = True
             out[0].doing = COMMITTING_EFFECT
@@ -198,11 +205,11 @@ class HandlerProcess(ChildSlot[HandlerChild]):
         ticket, outcome, seconds = job_ended(message)
         sent = out.popleft()
         assert sent.ticket == ticket, (sent.ticket, message)
+        if sent.begun is None:  # it began and ended since the slot last looked
+            self._begin(sent, observer)
         observer.handler_ended(sent.lease.job, seconds)
         holdings.ran(seconds)
-        if out:
-            self._begin(out[0], observer)
-        reporter.report(sent.lease, outcome, time.monotonic() - seconds)
+        ended.append((sent.lease, outcome, time.monotonic() - seconds))
 
     def _died(self, child: HandlerChild, out: deque[Sent]) -> None:
         """Every message it sent was read: the oldest job out is the one it ran, if its
