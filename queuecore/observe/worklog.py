@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 
 from queuecore.core.dsn import scrubbed
 from queuecore.handling import Lease
+from queuecore.job import Job
 from queuecore.observe.terminal import printable, printable_lines
 
 log = logging.getLogger("queuecore.worker")
@@ -20,9 +21,11 @@ log = logging.getLogger("queuecore.worker")
 def label(lease: Lease) -> str:
     """How a job is named in the log: never its payload, which may hold secrets."""
     job = lease.job
-    return printable(
-        f"job {job.id} ({job.kind}, queue {job.queue}, attempt {job.attempts}/{job.max_attempts})"
-    )
+    return _named(job, printable(job.kind), printable(job.queue))
+
+
+def _named(job: Job, kind: str, queue: str) -> str:
+    return f"job {job.id} ({kind}, queue {queue}, attempt {job.attempts}/{job.max_attempts})"
 
 
 def describe(exc: BaseException) -> str:
@@ -37,6 +40,8 @@ def first_line(text: str) -> str:
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s"
 #: The milliseconds after the time, as `logging.Formatter.default_msec_format`.
 MSEC_FORMAT = "%s,%03d"
+#: How many (kind, queue) pairs a formatter keeps made safe for the line per job.
+NAMES_KEPT = 1024
 
 
 class _ThisProcess:
@@ -73,6 +78,7 @@ class SafeFormatter(logging.Formatter):
         super().__init__(LOG_FORMAT)
         self.secrets = list(secrets)
         self._second: tuple[int, str] = (-1, "")  # the last second formatted, as text
+        self._names: dict[tuple[str, str], tuple[str, str]] = {}  # made safe, by the raw
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         """As logging's, the date and time made once a second: a worker logs a line per
@@ -82,11 +88,32 @@ class SafeFormatter(logging.Formatter):
             self._second = (second, time.strftime(self.default_time_format, self.converter(second)))
         return MSEC_FORMAT % (self._second[1], record.msecs)
 
-    def line(self, created: float, level: int, name: str, text: str) -> str:
-        """What `format` makes of a record of `text` without an exception: LOG_FORMAT's
-        fields, made here for `LineHandler.say`."""
+    def job_lines(
+        self, created: float, level: int, name: str, said: Sequence[tuple[Job, str]]
+    ) -> list[str]:
+        """`line` of each job's `label` and its `tail` (text the worker wrote, with no
+        secret and no control character in it), all at `created`. Only a job's kind and
+        queue need making safe, and they are the same for many jobs, so each pair is made
+        safe once: hiding the secrets in the whole line was most of its cost."""
+        start = self._line(created, level, name, "")
+        lines = []
+        for job, tail in said:
+            names = self._names.get((job.kind, job.queue))
+            if names is None:
+                if len(self._names) >= NAMES_KEPT:
+                    self._names.clear()
+                names = self._names[(job.kind, job.queue)] = (
+                    self._safe(job.kind),
+                    self._safe(job.queue),
+                )
+            lines.append(f"{start}{_named(job, *names)} {tail}")
+        return lines
+
+    def _safe(self, text: str) -> str:
+        return printable(scrubbed(text, self.secrets))
+
+    def _line(self, created: float, level: int, name: str, message: str) -> str:
         record = _Stamp(created)
-        message = printable(scrubbed(text, self.secrets))
         level_name = logging.getLevelName(level)
         return f"{self.formatTime(record)} {level_name} {name}[{_this_process.pid}]: {message}"  # type: ignore[arg-type]
 
@@ -127,18 +154,21 @@ def lines_together() -> Iterator[None]:
                 handler.write_held(lines)
 
 
-def info(text: str) -> None:
-    """`log.info("%s", text)` for the worker's line per job. Where the command line's
-    handler is all the record would reach (no filter on its way, no other handler), the
-    line is made from the text as that handler formats a record, and the record, which
-    was a third of the line's cost, is never made."""
-    if not log.isEnabledFor(logging.INFO):
+def jobs_info(said: Sequence[tuple[Lease, str]]) -> None:
+    """`log.info("%s %s", label(lease), tail)` for each of the worker's lines per job,
+    where `tail` is text the worker wrote itself (no secret, no control character).
+    Where the command line's handler is all the records would reach (no filter on
+    their way, no other handler), the lines are made as that handler formats a record,
+    from one reading of the clock: the records, a third of a line's cost, are never
+    made, and the time is formatted once for an ack window's flush, not once a job."""
+    if not said or not log.isEnabledFor(logging.INFO):
         return
     handler = _sole_line_handler()
     if handler is None:
-        log.info("%s", text)
+        for lease, tail in said:
+            log.info("%s %s", label(lease), tail)
     else:
-        handler.say(logging.INFO, text)
+        handler.say_jobs(logging.INFO, [(lease.job, tail) for lease, tail in said])
 
 
 def _sole_line_handler() -> LineHandler | None:
@@ -180,14 +210,17 @@ class LineHandler(logging.StreamHandler):  # type: ignore[type-arg]
             held.clear()
         super().emit(record)
 
-    def say(self, level: int, text: str) -> None:
-        """A line of `log`'s at `level`, as `emit` would write a record of `text`."""
+    def say_jobs(self, level: int, said: Sequence[tuple[Job, str]]) -> None:
+        """Lines of `log`'s at `level`, as `emit` would write records of each job's
+        `label` and its tail."""
         assert isinstance(self.formatter, SafeFormatter)
-        line = self.formatter.line(time.time(), level, log.name, text)
+        self._said(self.formatter.job_lines(time.time(), level, log.name, said))
+
+    def _said(self, lines: list[str]) -> None:
         if _held.depth:
-            _held.lines.setdefault(self, []).append(line)
+            _held.lines.setdefault(self, []).extend(lines)
         else:
-            self.write_held([line])
+            self.write_held(lines)
 
     def write_held(self, lines: list[str]) -> None:
         if not lines:

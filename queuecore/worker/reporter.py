@@ -195,18 +195,27 @@ class Reporter:
         one: an effect that raised fails only its own job; a batch that never committed
         leaves every job to its lease (it runs again), never reported done."""
         self.observer.acks_flushed(len(batch), committed=not isinstance(outcome, Exception))
+        now = time.monotonic()
+        done: list[tuple[Lease, str]] = []  # each job's line, said together (in order)
         with lines_together():
             for index, ack in enumerate(batch):
                 try:
+                    if not isinstance(outcome, Exception) and outcome[index]:
+                        self.observer.finished(ack.lease.job, "done")
+                        done.append((ack.lease, done_in(ack.started, now)))
+                        continue
+                    worklog.jobs_info(done)
+                    done.clear()
                     if isinstance(outcome, Exception):
                         say_not_committed(ack.lease, outcome)
                     elif index in outcome.errors:
                         failed = Raised.from_exception(outcome.errors[index])
                         self._fail(ack.lease, failed, ack.started)
                     else:
-                        self._log_completion(ack.lease, outcome[index], ack.started)
+                        self._log_completion(ack.lease, False, ack.started)
                 finally:
                     self.holdings.let_go(ack.lease, acked=True)
+            worklog.jobs_info(done)
 
     def _log_completion(self, lease: Lease, done: bool, started: float) -> None:
         said = "done" if done else why_refused(self.queue, lease.job)
@@ -264,12 +273,17 @@ def log_completion(
     if outcome == "done":
         # A line per job: not even its label is made when INFO is not logged.
         if log.isEnabledFor(logging.INFO):
-            worklog.info(f"{label(lease)} done in {time.monotonic() - started:.3f}s")
+            worklog.jobs_info([(lease, done_in(started, time.monotonic()))])
     else:
         log.warning(
             "%s finished after its lease was lost or the job was cancelled: result discarded",
             label(lease),
         )
+
+
+def done_in(started: float, now: float) -> str:
+    """What the line per job completed says after the job's label."""
+    return f"done in {now - started:.3f}s"
 
 
 def log_failure(
