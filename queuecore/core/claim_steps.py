@@ -25,7 +25,7 @@ from sqlalchemy import BigInteger, Double, bindparam, null, select, update
 from sqlalchemy.sql import ClauseElement
 
 from queuecore.core.plans import Program, RunCompiled
-from queuecore.core.shaping import ATTEMPTS, ID, MAX_ATTEMPTS, STATE, VISIBLE_AT, claimed_job
+from queuecore.core.shaping import ATTEMPTS, ID, MAX_ATTEMPTS, STATE, VISIBLE_AT, claimed_jobs
 from queuecore.core.sized import bucket, listed
 from queuecore.sql.schema import RUNNING, jobs
 from queuecore.sql.statements import JOB_COLUMNS, Now, Walk, dead_values, due, filtered
@@ -171,7 +171,7 @@ def claim(steps: ClaimSteps, params: dict[str, Any], limit: int) -> Program[list
             size = bucket(len(ids))
             writing = {**params, **listed("id", ids, size), "lease_end": lease_end}
             yield RunCompiled(steps.write_claimed(size), writing)
-            handed.extend(claimed_job(_as_claimed(row, lease_end), token) for row in claimed)
+            handed.extend(claimed_jobs([_as_claimed(row, lease_end) for row in claimed], token))
         if len(found) < wanted and len(taken) < need:
             break  # every due row was seen: there is nothing more to take
     return handed

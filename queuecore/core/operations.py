@@ -189,7 +189,7 @@ class Operations(StatementSet):
             # attempt (R08) and dropped them: it looks again for the room they took, after
             # them in claim order. Each pass writes at least one such row, so this ends.
             if len(live) == len(rows) or len(handed) >= limit:
-                return [shaping.claimed_job(r, params["token"]) for r in handed]
+                return shaping.claimed_jobs(handed, params["token"])
             params["limit"] = limit - len(handed)
             return again
 
