@@ -91,8 +91,9 @@ class SafeFormatter(logging.Formatter):
     def job_lines(
         self, created: float, level: int, name: str, said: Sequence[tuple[Job, str]]
     ) -> list[str]:
-        """`line` of each job's `label` and its `tail` (text the worker wrote, with no
-        secret and no control character in it), all at `created`. Only a job's kind and
+        """What `format` makes of a record of each job's `label` and its `tail` (text the
+        worker wrote, with no secret and no control character in it), all at `created`:
+        LOG_FORMAT's fields, made here for `LineHandler.say_jobs`. Only a job's kind and
         queue need making safe, and they are the same for many jobs, so each pair is made
         safe once: hiding the secrets in the whole line was most of its cost."""
         start = self._line(created, level, name, "")
