@@ -17,6 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 import queuecore
+from tests.faults.helpers import PATIENCE
 from tests.faults.mariadb_server import PrivateMariaDB
 from tests.faults.outage import (
     WORKERS,
@@ -41,30 +42,42 @@ Fault = Callable[[PrivateMariaDB, str], None]
 
 
 def kill_every_session(server: PrivateMariaDB, database: str) -> None:
-    """Every connection to the database, a few times over: the server stays up."""
+    """Every connection to the database, a few times over: the server stays up. Rounds go
+    on until at least as many sessions as workers were killed, all rounds together: a
+    worker's slots connect per report, so one instant may find fewer sessions than
+    workers on a loaded machine, and a fault that killed none would test nothing."""
     admin = sa.create_engine(server.dsn, isolation_level="AUTOCOMMIT")
+    killed, rounds = 0, 0
+    deadline = time.monotonic() + PATIENCE
     try:
-        for round_ in range(KILL_ROUNDS):
-            if round_:
+        while rounds < KILL_ROUNDS or killed < WORKERS:
+            assert time.monotonic() < deadline, f"{killed} session(s) killed in {rounds} rounds"
+            if rounds:
                 time.sleep(0.5)
-            with admin.connect() as conn:
-                ids = conn.execute(
-                    sa.text(
-                        "SELECT id FROM information_schema.PROCESSLIST "
-                        "WHERE db = :db AND id <> CONNECTION_ID()"
-                    ),
-                    {"db": database},
-                ).scalars()
-                killed = 0
-                for connection_id in list(ids):
-                    try:
-                        conn.exec_driver_sql(f"KILL CONNECTION {int(connection_id)}")
-                        killed += 1
-                    except sa.exc.DBAPIError:  # it ended on its own meanwhile
-                        pass
-            assert killed >= 1 if round_ else killed >= WORKERS
+            killed += kill_sessions(admin, database)
+            rounds += 1
     finally:
         admin.dispose()
+
+
+def kill_sessions(admin: sa.Engine, database: str) -> int:
+    """One round: every session on `database` but this one is killed; how many were."""
+    killed = 0
+    with admin.connect() as conn:
+        ids = conn.execute(
+            sa.text(
+                "SELECT id FROM information_schema.PROCESSLIST "
+                "WHERE db = :db AND id <> CONNECTION_ID()"
+            ),
+            {"db": database},
+        ).scalars()
+        for connection_id in list(ids):
+            try:
+                conn.exec_driver_sql(f"KILL CONNECTION {int(connection_id)}")
+                killed += 1
+            except sa.exc.DBAPIError:  # it ended on its own meanwhile
+                pass
+    return killed
 
 
 @pytest.fixture(scope="module")
