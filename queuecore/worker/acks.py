@@ -69,19 +69,10 @@ class AckWindow:
     def start(self) -> None:
         self._thread.start()
 
-    def add(self, ack: Ack) -> None:
-        """Queue a completion. Once the window closed (a handler that outlived the grace
-        period of a stop), it is flushed at once on the caller's thread instead."""
-        with self._changed:
-            if not self._closing:
-                self._waiting.append(ack)
-                if len(self._waiting) == 1 or len(self._waiting) >= self.size:
-                    self._changed.notify()
-                return
-        self._flush([ack])
-
-    def add_all(self, acks: list[Ack]) -> None:
-        """`add` for several completions, under one lock."""
+    def add(self, acks: list[Ack]) -> None:
+        """Queue completions, under one lock however many. Once the window closed (a
+        handler that outlived the grace period of a stop), they are flushed at once on
+        the caller's thread instead."""
         with self._changed:
             if not self._closing:
                 waiting = len(self._waiting)

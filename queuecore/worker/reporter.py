@@ -132,11 +132,16 @@ class Reporter:
             if isinstance(outcome, Returned)
         ]
         if windowed:
-            self.holdings.acking(len(windowed))  # the slot is free: claim its next jobs now
-            acks.add_all(windowed)
+            self._to_window(acks, windowed)
         for lease, outcome, started in reports:
             if not isinstance(outcome, Returned):
                 self.report(lease, outcome, started)
+
+    def _to_window(self, window: AckWindow, acks: list[Ack]) -> None:
+        """Completions handed to the ack window: their slots are free, so the claimer
+        may claim their next jobs now."""
+        self.holdings.acking(len(acks))
+        window.add(acks)
 
     def waits_for_nothing(self, outcome: Outcome) -> bool:
         """Whether `report(…, outcome, …)` only hands the completion to the ack window,
@@ -173,8 +178,7 @@ class Reporter:
         """To the ack window (True), or at once."""
         effect, result = returned.effect, returned.result
         if self.acks is not None:
-            self.holdings.acking()  # the slot is free: claim its next job now
-            self.acks.add(Ack(lease, effect, started, result=result))
+            self._to_window(self.acks, [Ack(lease, effect, started, result=result)])
             return True
         lease.reporting = True
         try:
