@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
+from operator import attrgetter
 from typing import Any, overload
 
 
@@ -47,6 +50,95 @@ class Job:
     #: lost lease's end), on the queue's clock: the start of its time in queue. None for
     #: a job not handed out by a claim (`queuecore.testing.make_job`).
     ready_at: datetime | None = None
+
+
+_PAYLOAD_SLOT: Any = Job.__dict__["payload"]  # where a Job keeps its payload
+_JOB_FIELDS = attrgetter(*(f.name for f in fields(Job)))
+
+
+class ClaimedJob(Job):
+    """A job as a claim hands it out: its payload arrives as the JSON text the database
+    stores and is decoded where it is first read. A worker hands its jobs to handler
+    processes, so the decoding happens there, not on the worker's own busy threads;
+    and a stored payload that is not JSON fails its own job, when its handler reads it,
+    instead of every claim that meets its row (W10). Otherwise it is a `Job`: equal to
+    the same `Job`, and `dataclasses.replace` makes one with the payload decoded."""
+
+    __slots__ = ("_stored_payload",)
+    _stored_payload: str | None  # the JSON text, until the payload is decoded
+
+    @classmethod
+    def read(
+        cls,
+        id: int,
+        kind: str,
+        stored_payload: str,
+        queue: str,
+        priority: int,
+        attempts: int,
+        max_attempts: int,
+        lease_token: str,
+        lease_expires_at: datetime,
+        trace_context: str | None,
+        ready_at: datetime | None,
+    ) -> ClaimedJob:
+        """The job whose payload is `stored_payload`, JSON text not decoded yet."""
+        job = cls(
+            id,
+            kind,
+            {},
+            queue,
+            priority,
+            attempts,
+            max_attempts,
+            lease_token,
+            lease_expires_at,
+            trace_context,
+            ready_at,
+        )
+        job._stored_payload = stored_payload
+        return job
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        """The payload, decoded from its stored JSON when first read: a stored payload
+        that is not JSON raises `ValueError` here, in the handler that reads it."""
+        stored = self._stored_payload
+        if stored is not None:
+            try:
+                self.payload = json.loads(stored)
+            except ValueError as exc:  # a row written by hand, or damaged
+                raise ValueError(f"job {self.id}'s stored payload is not JSON ({exc})") from exc
+        decoded: dict[str, Any] = _PAYLOAD_SLOT.__get__(self, Job)
+        return decoded
+
+    @payload.setter
+    def payload(self, value: dict[str, Any]) -> None:
+        _PAYLOAD_SLOT.__set__(self, value)
+        self._stored_payload = None
+
+    @property
+    def stored_payload(self) -> str:
+        """The payload as JSON text: as stored while not decoded, else made again."""
+        stored = self._stored_payload
+        return json.dumps(self.payload) if stored is None else stored
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Job):
+            return NotImplemented
+        return bool(_JOB_FIELDS(self) == _JOB_FIELDS(other))
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as a Job is
+
+    def __repr__(self) -> str:
+        """As a `Job`'s; a stored payload that is not JSON shows as its text, so a log
+        line or a traceback that shows the job does not raise."""
+        try:
+            self.payload  # noqa: B018 (decoded, if it can be)
+        except ValueError:
+            shown = dataclasses.replace(self, payload={"stored (not JSON)": self.stored_payload})
+            return Job.__repr__(shown)
+        return Job.__repr__(self)
 
 
 class Completions(list[bool]):

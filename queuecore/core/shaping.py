@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from queuecore.errors import DedupeConflict
-from queuecore.job import Job, JobSnapshot, to_datetime
+from queuecore.job import ClaimedJob, Job, JobSnapshot, to_datetime
 
 # Where the columns of `statements.JOB_COLUMNS` (then `state`, `ready_at`) sit in a claim's rows.
 (
@@ -33,14 +33,14 @@ def claimed_jobs(rows: Iterable[Any], token: str) -> list[Job]:
     once per claim, not once per job (the claimer's thread is one of the worker's three
     busiest)."""
     ends: dict[Any, datetime] = {}
-    jobs = []
+    jobs: list[Job] = []
     for r in rows:
         end = ends.get(r[VISIBLE_AT])
         if end is None:
             end = ends[r[VISIBLE_AT]] = to_datetime(r[VISIBLE_AT])
         ready = r[READY_AT]
         jobs.append(
-            Job(
+            ClaimedJob.read(
                 r[ID],
                 r[KIND],
                 r[PAYLOAD],

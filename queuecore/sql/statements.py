@@ -19,6 +19,7 @@ from sqlalchemy import (
     Update,
     bindparam,
     case,
+    cast,
     delete,
     func,
     insert,
@@ -59,10 +60,13 @@ LEASE_EXPIRED_ON_LAST_ATTEMPT = "lease expired on the last attempt"
 
 Now = ColumnElement[float]
 
+# A claim's columns. The payload is read as its JSON text: a `ClaimedJob` decodes it
+# where it is first read (in a handler process, not in the worker's claimer), and one
+# that is not JSON fails its own job rather than the claim.
 JOB_COLUMNS = (
     jobs.c.id,
     jobs.c.kind,
-    jobs.c.payload,
+    cast(jobs.c.payload, Text()).label("payload"),
     jobs.c.queue,
     jobs.c.priority,
     jobs.c.attempts,

@@ -15,7 +15,7 @@ from multiprocessing.connection import Connection
 import pytest
 
 from queuecore.handling import Lease
-from queuecore.job import Job, to_datetime
+from queuecore.job import ClaimedJob, Job, to_datetime
 from queuecore.worker.processes.messages import (
     READ_AT_ONCE,
     Inbox,
@@ -57,6 +57,21 @@ def test_jobs_arrive_equal_to_the_jobs_sent_their_times_to_the_microsecond():
     assert arrived.jobs == [(1, jobs[0]), (2, jobs[1])]
     assert arrived.jobs[0][1].lease_expires_at == jobs[0].lease_expires_at
     assert arrived.jobs[1][1].ready_at is None
+
+
+def test_a_claimed_job_travels_as_its_stored_payload_and_is_decoded_where_read():
+    """The worker's process never decodes a claimed job's payload: the handler process
+    gets the stored text, and reading the payload there decodes it."""
+    ends = to_datetime(1_800_000_000.5)
+    sent = ClaimedJob.read(
+        9, "mail", '{"to": "a@example.com"}', "q", 0, 1, 3, "t", ends, None, None
+    )
+    arrived = _travel(Jobs([(1, sent)]))
+    assert isinstance(arrived, Jobs)
+    (_, job) = arrived.jobs[0]
+    assert isinstance(job, ClaimedJob) and job.stored_payload == '{"to": "a@example.com"}'
+    assert sent._stored_payload is not None  # sending it did not decode it
+    assert job.payload == {"to": "a@example.com"} and job == sent
 
 
 def test_other_messages_travel_as_their_fields():

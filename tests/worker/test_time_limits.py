@@ -230,6 +230,14 @@ def enqueue_nested_then_short(
     return nested, behind
 
 
+#: A W10 test runs with each registry: its handler that echoes the payload, and a short one.
+BOTH_REGISTRIES = pytest.mark.parametrize(
+    ("registry", "echo", "short"),
+    [("SYNC", "echo", "note"), ("ASYNC", "async-echo", "async-note")],
+    ids=["sync", "async"],
+)
+
+
 def assert_failed_naming_the_cause(queue: Any, nested: list[int], behind: list[int]) -> None:
     """Each deep job is dead with an error that says why: its handler's result could
     not be stored (R29), or the job could not be handed to its handler process."""
@@ -243,11 +251,7 @@ def assert_failed_naming_the_cause(queue: Any, nested: list[int], behind: list[i
     assert [queue.get(i).state for i in behind] == ["done", "done"]
 
 
-@pytest.mark.parametrize(
-    ("registry", "echo", "short"),
-    [("SYNC", "echo", "note"), ("ASYNC", "async-echo", "async-note")],
-    ids=["sync", "async"],
-)
+@BOTH_REGISTRIES
 def test_w10_deeply_nested_payloads_fail_their_own_jobs_and_the_worker_lives(
     make_queue, db, dsn, tmp_path, registry, echo, short
 ):
@@ -277,3 +281,57 @@ def test_w10_deeply_nested_payloads_in_an_in_process_worker(make_queue, db, tmp_
     threading.Thread(target=run, daemon=True).start()
     assert done.wait(PATIENCE), "the worker did not drain"
     assert_failed_naming_the_cause(queue, nested, behind)
+
+
+def store_not_json(db: sa.Engine, job_id: int) -> None:
+    """Give a job a stored payload that is not JSON, as a row written by hand or damaged
+    could hold. MariaDB's and PostgreSQL's JSON columns refuse such text, so there the
+    column becomes plain text first."""
+    with db.begin() as conn:
+        if db.dialect.name == "mariadb":
+            conn.execute(sa.text("ALTER TABLE queuecore_jobs MODIFY payload LONGTEXT NOT NULL"))
+        elif db.dialect.name == "postgresql":
+            conn.execute(sa.text("ALTER TABLE queuecore_jobs ALTER COLUMN payload TYPE TEXT"))
+        conn.execute(
+            sa.text("UPDATE queuecore_jobs SET payload = :payload WHERE id = :id"),
+            {"payload": '{"log": not json', "id": job_id},
+        )
+
+
+def rows(db: sa.Engine, *ids: int) -> list[tuple[str, int, str | None]]:
+    """State, attempts and last error, read from the table: `queue.get` decodes the
+    payload, which the damaged row's is not."""
+    with db.connect() as conn:
+        found = conn.execute(
+            sa.text("SELECT id, state, attempts, last_error FROM queuecore_jobs"),
+        ).all()
+    by_id = {row.id: (row.state, row.attempts, row.last_error) for row in found}
+    return [by_id[i] for i in ids]
+
+
+@BOTH_REGISTRIES
+def test_w10_a_stored_payload_that_is_not_json_fails_its_own_job_naming_why(
+    make_queue, db, dsn, tmp_path, registry, echo, short
+):
+    """The worker hands the stored text on undecoded: the handler that reads it fails,
+    not every claim that meets the row (which would stop the queue for everyone)."""
+    queue = make_queue(clock=None)
+    handlers = tmp_path / "handlers.log"
+    damaged = queue.enqueue(echo, {"log": str(handlers)}, max_attempts=1).id
+    behind = [queue.enqueue(short, {"log": str(handlers)}).id for _ in range(2)]
+    store_not_json(db, damaged)
+    log = tmp_path / "worker.log"
+    command = ("worker", f"tests.worker.limited_handlers:{registry}", "--dsn", dsn)
+    with queuecore_process(*command, log=log) as worker:
+        wait_until(
+            lambda: all(state in SETTLED for state, _, _ in rows(db, damaged, *behind)),
+            worker,
+            log,
+            timeout=60,
+        )
+        assert worker.poll() is None, log.read_text()
+        stop(worker, log)
+    (state, attempts, error), *others = rows(db, damaged, *behind)
+    assert (state, attempts) == ("dead", 1)
+    assert f"ValueError: job {damaged}'s stored payload is not JSON" in (error or ""), error
+    assert [state for state, _, _ in others] == ["done", "done"]
