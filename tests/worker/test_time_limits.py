@@ -14,6 +14,7 @@ import json
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -309,13 +310,26 @@ def rows(db: sa.Engine, *ids: int) -> list[tuple[str, int, str | None]]:
     return [by_id[i] for i in ids]
 
 
+@pytest.fixture
+def own_database(harness: Any, tmp_path: Path) -> Iterator[tuple[str, Any, sa.Engine]]:
+    """A migrated database of the test's own (DSN, queue, plain engine), for a test that
+    alters the jobs table: the database the other tests of this process share must keep
+    its JSON column."""
+    dsn = harness.unmigrated(tmp_path)
+    queuecore.migrate(dsn)
+    db = harness.engine(dsn)
+    with queuecore.connect(dsn) as queue:
+        yield dsn, queue, db
+    db.dispose()
+
+
 @BOTH_REGISTRIES
 def test_w10_a_stored_payload_that_is_not_json_fails_its_own_job_naming_why(
-    make_queue, db, dsn, tmp_path, registry, echo, short
+    own_database, tmp_path, registry, echo, short
 ):
     """The worker hands the stored text on undecoded: the handler that reads it fails,
     not every claim that meets the row (which would stop the queue for everyone)."""
-    queue = make_queue(clock=None)
+    dsn, queue, db = own_database
     handlers = tmp_path / "handlers.log"
     damaged = queue.enqueue(echo, {"log": str(handlers)}, max_attempts=1).id
     behind = [queue.enqueue(short, {"log": str(handlers)}).id for _ in range(2)]
