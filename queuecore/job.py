@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
@@ -134,11 +133,15 @@ class ClaimedJob(Job):
         """As a `Job`'s; a stored payload that is not JSON shows as its text, so a log
         line or a traceback that shows the job does not raise."""
         try:
-            self.payload  # noqa: B018 (decoded, if it can be)
+            payload: object = self.payload
         except ValueError:
-            shown = dataclasses.replace(self, payload={"stored (not JSON)": self.stored_payload})
-            return Job.__repr__(shown)
-        return Job.__repr__(self)
+            payload = {"stored (not JSON)": self._stored_payload}
+        shown = (
+            f"{each.name}={payload if each.name == 'payload' else getattr(self, each.name)!r}"
+            for each in fields(self)
+            if each.repr
+        )
+        return f"{type(self).__qualname__}({', '.join(shown)})"
 
 
 class Completions(list[bool]):

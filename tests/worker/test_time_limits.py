@@ -202,23 +202,33 @@ def test_w9_a_deaf_handler_is_killed_after_the_cancel_grace_and_the_next_job_sta
 # --- W10: whatever the payload, only its own job fails
 
 
-def store_nested(db: sa.Engine, job_id: int, depth: int, log: Path) -> None:
-    """Give a job a payload nested `depth` levels, as queuecore accepted before R29 capped
-    the depth at 31 (rows written then, or by hand). MariaDB's JSON column checks its
-    text with JSON_VALID, which refuses such depths, so there the column becomes plain
-    text first: the worker must hold whatever a row holds."""
-    nested = "0"
-    for _ in range(depth - 1):
-        nested = f"[{nested}]"
-    text = f'{{"log": {json.dumps(str(log))}, "deep": {nested}}}'
+def store_payload_text(db: sa.Engine, job_id: int, text: str, *, json_column: bool) -> None:
+    """Give a job stored payload text that `enqueue` would refuse, as a row written by
+    hand, damaged, or written before R29 capped the depth could hold. MariaDB's JSON
+    column checks its text with JSON_VALID, so there the column becomes plain text first;
+    PostgreSQL's stays JSONB when `json_column` (the text is JSON), and becomes text when
+    not. The worker must hold whatever a row holds."""
+    postgres = db.dialect.name == "postgresql"
     with db.begin() as conn:
         if db.dialect.name == "mariadb":
             conn.execute(sa.text("ALTER TABLE queuecore_jobs MODIFY payload LONGTEXT NOT NULL"))
-        value = "CAST(:payload AS JSONB)" if db.dialect.name == "postgresql" else ":payload"
+        elif postgres and not json_column:
+            conn.execute(sa.text("ALTER TABLE queuecore_jobs ALTER COLUMN payload TYPE TEXT"))
+        value = "CAST(:payload AS JSONB)" if postgres and json_column else ":payload"
         conn.execute(
             sa.text(f"UPDATE queuecore_jobs SET payload = {value} WHERE id = :id"),
             {"payload": text, "id": job_id},
         )
+
+
+def store_nested(db: sa.Engine, job_id: int, depth: int, log: Path) -> None:
+    """Give a job a payload nested `depth` levels, as queuecore accepted before R29 capped
+    the depth at 31."""
+    nested = "0"
+    for _ in range(depth - 1):
+        nested = f"[{nested}]"
+    text = f'{{"log": {json.dumps(str(log))}, "deep": {nested}}}'
+    store_payload_text(db, job_id, text, json_column=True)
 
 
 def enqueue_nested_then_short(
@@ -252,64 +262,6 @@ def assert_failed_naming_the_cause(queue: Any, nested: list[int], behind: list[i
     assert [queue.get(i).state for i in behind] == ["done", "done"]
 
 
-@BOTH_REGISTRIES
-def test_w10_deeply_nested_payloads_fail_their_own_jobs_and_the_worker_lives(
-    make_queue, db, dsn, tmp_path, registry, echo, short
-):
-    queue = make_queue(clock=None)
-    handlers = tmp_path / "handlers.log"
-    nested, behind = enqueue_nested_then_short(queue, db, echo, short, handlers)
-    log = tmp_path / "worker.log"
-    command = ("worker", f"tests.worker.limited_handlers:{registry}", "--dsn", dsn)
-    with queuecore_process(*command, log=log) as worker:
-        wait_until(settled(queue, *nested, *behind), worker, log, timeout=60)
-        assert worker.poll() is None, log.read_text()
-        stop(worker, log)
-    assert_failed_naming_the_cause(queue, nested, behind)
-    assert "stopping the worker" not in log.read_text()
-
-
-def test_w10_deeply_nested_payloads_in_an_in_process_worker(make_queue, db, tmp_path):
-    queue = make_queue(clock=None)
-    handlers = tmp_path / "handlers.log"
-    nested, behind = enqueue_nested_then_short(queue, db, "echo", "note", handlers)
-    done = threading.Event()
-
-    def run() -> None:
-        Worker(queue, SYNC, poll_interval=0.05, exit_when_idle=0).run()
-        done.set()
-
-    threading.Thread(target=run, daemon=True).start()
-    assert done.wait(PATIENCE), "the worker did not drain"
-    assert_failed_naming_the_cause(queue, nested, behind)
-
-
-def store_not_json(db: sa.Engine, job_id: int) -> None:
-    """Give a job a stored payload that is not JSON, as a row written by hand or damaged
-    could hold. MariaDB's and PostgreSQL's JSON columns refuse such text, so there the
-    column becomes plain text first."""
-    with db.begin() as conn:
-        if db.dialect.name == "mariadb":
-            conn.execute(sa.text("ALTER TABLE queuecore_jobs MODIFY payload LONGTEXT NOT NULL"))
-        elif db.dialect.name == "postgresql":
-            conn.execute(sa.text("ALTER TABLE queuecore_jobs ALTER COLUMN payload TYPE TEXT"))
-        conn.execute(
-            sa.text("UPDATE queuecore_jobs SET payload = :payload WHERE id = :id"),
-            {"payload": '{"log": not json', "id": job_id},
-        )
-
-
-def rows(db: sa.Engine, *ids: int) -> list[tuple[str, int, str | None]]:
-    """State, attempts and last error, read from the table: `queue.get` decodes the
-    payload, which the damaged row's is not."""
-    with db.connect() as conn:
-        found = conn.execute(
-            sa.text("SELECT id, state, attempts, last_error FROM queuecore_jobs"),
-        ).all()
-    by_id = {row.id: (row.state, row.attempts, row.last_error) for row in found}
-    return [by_id[i] for i in ids]
-
-
 @pytest.fixture
 def own_database(harness: Any, tmp_path: Path) -> Iterator[tuple[str, Any, sa.Engine]]:
     """A migrated database of the test's own (DSN, queue, plain engine), for a test that
@@ -324,6 +276,49 @@ def own_database(harness: Any, tmp_path: Path) -> Iterator[tuple[str, Any, sa.En
 
 
 @BOTH_REGISTRIES
+def test_w10_deeply_nested_payloads_fail_their_own_jobs_and_the_worker_lives(
+    own_database, tmp_path, registry, echo, short
+):
+    dsn, queue, db = own_database
+    handlers = tmp_path / "handlers.log"
+    nested, behind = enqueue_nested_then_short(queue, db, echo, short, handlers)
+    log = tmp_path / "worker.log"
+    command = ("worker", f"tests.worker.limited_handlers:{registry}", "--dsn", dsn)
+    with queuecore_process(*command, log=log) as worker:
+        wait_until(settled(queue, *nested, *behind), worker, log, timeout=60)
+        assert worker.poll() is None, log.read_text()
+        stop(worker, log)
+    assert_failed_naming_the_cause(queue, nested, behind)
+    assert "stopping the worker" not in log.read_text()
+
+
+def test_w10_deeply_nested_payloads_in_an_in_process_worker(own_database, tmp_path):
+    _, queue, db = own_database
+    handlers = tmp_path / "handlers.log"
+    nested, behind = enqueue_nested_then_short(queue, db, "echo", "note", handlers)
+    done = threading.Event()
+
+    def run() -> None:
+        Worker(queue, SYNC, poll_interval=0.05, exit_when_idle=0).run()
+        done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    assert done.wait(PATIENCE), "the worker did not drain"
+    assert_failed_naming_the_cause(queue, nested, behind)
+
+
+def rows(db: sa.Engine, *ids: int) -> list[tuple[str, int, str | None]]:
+    """State, attempts and last error, read from the table: `queue.get` decodes the
+    payload, which the damaged row's is not."""
+    with db.connect() as conn:
+        found = conn.execute(
+            sa.text("SELECT id, state, attempts, last_error FROM queuecore_jobs"),
+        ).all()
+    by_id = {row.id: (row.state, row.attempts, row.last_error) for row in found}
+    return [by_id[i] for i in ids]
+
+
+@BOTH_REGISTRIES
 def test_w10_a_stored_payload_that_is_not_json_fails_its_own_job_naming_why(
     own_database, tmp_path, registry, echo, short
 ):
@@ -333,7 +328,7 @@ def test_w10_a_stored_payload_that_is_not_json_fails_its_own_job_naming_why(
     handlers = tmp_path / "handlers.log"
     damaged = queue.enqueue(echo, {"log": str(handlers)}, max_attempts=1).id
     behind = [queue.enqueue(short, {"log": str(handlers)}).id for _ in range(2)]
-    store_not_json(db, damaged)
+    store_payload_text(db, damaged, '{"log": not json', json_column=False)
     log = tmp_path / "worker.log"
     command = ("worker", f"tests.worker.limited_handlers:{registry}", "--dsn", dsn)
     with queuecore_process(*command, log=log) as worker:
