@@ -52,7 +52,8 @@ HELD_AHEAD_SECONDS = 0.5
 
 def auto_prefetch(slots: int, handler_seconds: float | None) -> int:
     """Jobs to claim ahead of `slots` slots whose handlers ran `handler_seconds` on
-    average: one per slot until a handler was timed, so each has its next job at hand."""
+    average: one per slot until the mean is known (`HandlerTimes`), so each has its next
+    job at hand."""
     if handler_seconds is None:
         return slots
     wanted = slots * AHEAD_SECONDS / max(handler_seconds, 1e-6)

@@ -9,7 +9,7 @@ while its first run is still being reported.
 The sync worker's `Holdings` (shared by threads, under a lock) and the async worker's
 `AsyncHoldings` (one event loop: no lock) stand side by side, over the same policies:
 which jobs a check reads (`due_for_check`), the ack window's room (`room_for_claims`),
-the handlers' mean time (`running_mean`), and the pause after a failed check.
+the handlers' mean time (`HandlerTimes`), and the pause after a failed check.
 """
 
 from __future__ import annotations
@@ -82,8 +82,7 @@ class Holdings:
         self._starting = 0  # slots whose handler process is starting: no job for them yet
         self._late: list[Lease] = []  # taken while a stop came: the worker releases them
         self._work = threading.Condition(self._lock)  # a job is waiting, or stopping
-        #: The mean time its handlers ran (recent runs weigh most): the claimer's prefetch.
-        self.handler_seconds: float | None = None
+        self._times = HandlerTimes()
         #: The claimer should look again: room for its next claim, a notification, or a stop.
         self.wake = threading.Event()
         self.stopping = threading.Event()
@@ -235,9 +234,14 @@ class Holdings:
             late, self._late = self._late, []
         return late
 
+    @property
+    def handler_seconds(self) -> float | None:
+        """The mean time its handlers ran (`HandlerTimes`): the claimer's prefetch."""
+        return self._times.mean
+
     def ran(self, seconds: float) -> None:
         """A handler ran for `seconds` (a race between two slots loses one sample)."""
-        self.handler_seconds = running_mean(self.handler_seconds, seconds)
+        self._times.ran(seconds)
 
     def more_waiting(self, most: int) -> list[Lease]:
         """Up to `most` more claimed jobs, without waiting: a handler process takes its
@@ -392,10 +396,35 @@ def due_for_check(waiting: Iterable[AnyLease], stale: float) -> list[AnyLease]:
     return [lease for lease in waiting if lease.checked < stale and not lease.is_lost]
 
 
-def running_mean(mean: float | None, seconds: float) -> float:
-    """The handlers' mean run time with one more run, recent runs weighing most: what
-    every claimer's automatic prefetch follows."""
-    return seconds if mean is None else mean + (seconds - mean) / 16
+#: Handler runs timed before the mean is trusted (`HandlerTimes`).
+WARM_UP_RUNS = 8
+
+
+class HandlerTimes:
+    """The handlers' mean run time, what the automatic prefetch and the jobs kept ahead
+    of a handler process follow: unknown (None) until WARM_UP_RUNS runs were timed, then
+    their plain mean, and from there recent runs weigh most.
+
+    Not the first run's time alone: a job that fails at once, first, made a worker
+    claim its most ahead on one sample, and a worker then frozen past its lease holds
+    all those jobs, each charged an attempt (W7's chaos run, with 128 at most: 30 good
+    jobs of 300 ended dead). Until the mean is known, each slot gets one job ahead."""
+
+    __slots__ = ("_runs", "_total", "mean")
+
+    def __init__(self) -> None:
+        self.mean: float | None = None
+        self._runs = 0
+        self._total = 0.0
+
+    def ran(self, seconds: float) -> None:
+        if self.mean is not None:
+            self.mean += (seconds - self.mean) / 16
+            return
+        self._runs += 1
+        self._total += seconds
+        if self._runs >= WARM_UP_RUNS:
+            self.mean = self._total / self._runs
 
 
 def room_for_claims(
@@ -419,8 +448,7 @@ class AsyncHoldings:
         self.leases: set[AsyncLease] = set()
         self.waiting: deque[AsyncLease] = deque()
         self.acking = 0
-        #: The mean time its handlers ran (recent runs weigh most): the claimer's prefetch.
-        self.handler_seconds: float | None = None
+        self._times = HandlerTimes()
         self.work = asyncio.Condition()  # a job is waiting, or stopping
         self.wake = asyncio.Event()  # the claimer should look again
         self.stopping = asyncio.Event()
@@ -499,9 +527,14 @@ class AsyncHoldings:
             self.work.notify_all()
         return unstarted
 
+    @property
+    def handler_seconds(self) -> float | None:
+        """The mean time its handlers ran (`HandlerTimes`): the claimer's prefetch."""
+        return self._times.mean
+
     def ran(self, seconds: float) -> None:
         """A handler ran for `seconds`."""
-        self.handler_seconds = running_mean(self.handler_seconds, seconds)
+        self._times.ran(seconds)
 
     def to_window(self) -> None:
         """A held job's completion went to the ack window: its task is free."""

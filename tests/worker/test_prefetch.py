@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from queuecore.job import Job, to_datetime
 from queuecore.worker.claimer import AUTO_PREFETCH_MOST, auto_prefetch
-from queuecore.worker.holdings import Holdings
+from queuecore.worker.holdings import WARM_UP_RUNS, Holdings
 from queuecore.worker.processes.slot_rules import AHEAD_MOST, jobs_ahead
 from tests.worker.processes import queuecore_process, wait_until
 
@@ -29,9 +29,22 @@ def test_a_handler_process_holds_one_job_ahead_of_long_handlers_a_few_of_short_o
     assert jobs_ahead(1e-5) == AHEAD_MOST
 
 
+def test_one_quick_first_run_does_not_set_the_mean():
+    """A job that fails at once, first, would have the worker claim its most ahead."""
+    holdings = Holdings()
+    holdings.ran(0.0)
+    assert holdings.handler_seconds is None  # each slot keeps one job ahead until known
+    for _ in range(WARM_UP_RUNS - 1):
+        holdings.ran(0.02)
+    mean = holdings.handler_seconds
+    assert mean is not None and abs(mean - 0.02 * (WARM_UP_RUNS - 1) / WARM_UP_RUNS) < 1e-9
+    assert auto_prefetch(1, mean) < AUTO_PREFETCH_MOST
+
+
 def test_the_mean_follows_recent_runs():
     holdings = Holdings()
-    holdings.ran(1.0)
+    for _ in range(WARM_UP_RUNS):
+        holdings.ran(1.0)
     assert holdings.handler_seconds == 1.0
     for _ in range(100):
         holdings.ran(0.001)

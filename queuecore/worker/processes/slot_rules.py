@@ -45,7 +45,7 @@ def died_while(pid: int, code: int, doing: str) -> Crashed:
 
 def jobs_ahead(handler_seconds: float | None) -> int:
     """How many jobs to keep a child ahead, for handlers that ran `handler_seconds` on
-    average (None: not timed yet)."""
+    average (None: not known yet)."""
     if handler_seconds is None:
         return 1
     return max(1, min(AHEAD_MOST, int(AHEAD_SECONDS / max(handler_seconds, 1e-6))))
