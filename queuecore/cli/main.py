@@ -198,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="jobs at once; with async def handlers, tasks of one event loop",
     )
     worker.add_argument(
-        "--prefetch", type=int, help="jobs claimed ahead (default: about 50 ms of work, <= 64)"
+        "--prefetch", type=int, help="jobs claimed ahead (default: about 50 ms of work, <= 128)"
     )
     worker.add_argument(
         "--lease-seconds",

@@ -42,7 +42,7 @@ from queuecore.worker.unserved import UnservedNotice
 
 FIRST_IDLE_PAUSE = 0.05
 AHEAD_SECONDS = 0.05
-AUTO_PREFETCH_MOST = 64
+AUTO_PREFETCH_MOST = 128
 #: W9, for the automatic prefetch: a job claimed ahead that no slot of this worker took
 #: within this many seconds, while every slot runs long, is released (its attempt given
 #: back, R14) for the free slots of other workers; and nothing is claimed ahead for a

@@ -66,7 +66,7 @@ class Worker:
 
     `prefetch` jobs are claimed ahead of the slots, so that a slot never waits for a
     claim between two jobs and claims take several jobs at once. By default (None) it
-    follows the handlers' mean run time: about 50 ms of work per slot, at most 64 jobs
+    follows the handlers' mean run time: about 50 ms of work per slot, at most 128 jobs
     (see `queuecore.worker.claimer`); jobs claimed ahead and not started are released at a
     stop, uncharged (W4).
 

@@ -25,7 +25,7 @@ from queuecore.worker.processes.messages import Jobs, Message
 #: that another free slot cannot take while a long handler runs (a crash gives it back
 #: uncharged, as any job not started).
 AHEAD_SECONDS = 0.01
-AHEAD_MOST = 8
+AHEAD_MOST = 16
 WATCH_SLICE = 0.1  # the longest wait for a message before leases and stop are looked at
 #: How long a worker exiting past its grace waits for each child it killed to have
 #: died (W4): a process in the middle of its exit takes no longer than this.
