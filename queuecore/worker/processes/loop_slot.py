@@ -276,7 +276,8 @@ class LoopProcess(ChildSlot[LoopChild]):
         ticket, outcome, seconds = job_ended(message)
         with self._lock:
             sent = child.out.pop(ticket)
-            self._room.notify()
+            if not child.out or self._wants_more(child, roles.holdings):
+                self._room.notify()  # not per job: the feeder would wake to wait again
         roles.holdings.ran(seconds)
         roles.observer.handler_ended(sent.lease.job, seconds)
         since = sent.begun if sent.begun is not None else time.monotonic() - seconds
