@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+import queuecore
+from queuecore.conformance.harness import Harness
 from queuecore.conformance.postgresql_server import find_server_binaries
 from queuecore.conformance.session import Harnesses
 
@@ -30,6 +32,16 @@ def pytest_report_header(config: pytest.Config) -> str:
 
     name, dbapi, _ = pick_driver(None)
     return f"queuecore SQLite driver: {name} (SQLite {dbapi.sqlite_version})"
+
+
+@pytest.fixture
+def private_dsn(harness: Harness, tmp_path: Path) -> str:
+    """A migrated, empty database that no other test touches: one made for it, for a
+    test that kills processes, terminates connections, adds tables of its own or alters
+    the queue's, none of which may leak into another test."""
+    url = harness.unmigrated(tmp_path)
+    queuecore.migrate(url)
+    return url
 
 
 @pytest.fixture(scope="session")

@@ -263,15 +263,13 @@ def assert_failed_naming_the_cause(queue: Any, nested: list[int], behind: list[i
 
 
 @pytest.fixture
-def own_database(harness: Any, tmp_path: Path) -> Iterator[tuple[str, Any, sa.Engine]]:
-    """A migrated database of the test's own (DSN, queue, plain engine), for a test that
-    alters the jobs table: the database the other tests of this process share must keep
-    its JSON column."""
-    dsn = harness.unmigrated(tmp_path)
-    queuecore.migrate(dsn)
-    db = harness.engine(dsn)
-    with queuecore.connect(dsn) as queue:
-        yield dsn, queue, db
+def own_database(harness: Any, private_dsn: str) -> Iterator[tuple[str, Any, sa.Engine]]:
+    """A database of the test's own (DSN, queue, plain engine), for a test that alters
+    the jobs table: the database the other tests of this process share must keep its
+    JSON column."""
+    db = harness.engine(private_dsn)
+    with queuecore.connect(private_dsn) as queue:
+        yield private_dsn, queue, db
     db.dispose()
 
 
