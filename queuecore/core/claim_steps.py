@@ -34,8 +34,11 @@ if TYPE_CHECKING:
     from queuecore.job import Job
     from queuecore.sql.compiled import Compiled
 
-#: Candidates read beyond the claim's size, for the rows concurrent claims lock first.
-MARGIN = 8
+#: Candidates read beyond the claim's size, for the rows concurrent claims lock or take
+#: first. Four workers' claimers move the head of the queue by dozens of rows between one
+#: claim's read and its lock; with 8 a claim read again 1.9 times as often as with 40,
+#: and four processes drained 25 to 40% fewer jobs a second (issue 29, measured).
+MARGIN = 40
 
 #: Where the locked rows hold the clock's reading (after `state`).
 NOW = len(JOB_COLUMNS) + 1
