@@ -30,6 +30,12 @@ from queuecore.sql.statements import LEASE_EXPIRED_ON_LAST_ATTEMPT
 LEASE = 10.0
 BACKOFF_BASE, BACKOFF_CAP = 1.0, 8.0
 MAX_ATTEMPTS = 3
+#: An id no row will have. Not a small one such as 999: the ids grow across the
+#: sequences of one run (thousands of jobs), and a row 999 makes the same choices take
+#: another path in a later sequence than in an earlier one, which hypothesis reports as
+#: `FlakyStrategyDefinition`: the likely cause of the one seen in a full run (SQLite's
+#: async face, stop 45).
+NO_SUCH_JOB = 2**62
 EXAMPLES = int(os.environ.get("QUEUECORE_MODEL_EXAMPLES", "500"))
 #: Sequences per configuration, as shares of EXAMPLES, for CI's budget: the invariant
 #: reads every row after every step, which costs a round trip a row on a server (500
@@ -278,8 +284,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def cancel(self, data):
-        known = sorted(self.model.rows)
-        job_id = data.draw(st.sampled_from([*known, 999]) if known else st.just(999))
+        job_id = data.draw(st.sampled_from([*sorted(self.model.rows), NO_SUCH_JOB]))
         row = self.model.rows.get(job_id)
         live = row is not None and row.state in ("queued", "running")
         assert self.queue.cancel(job_id) is live
@@ -288,8 +293,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def wait_without_waiting(self, data):
-        known = sorted(self.model.rows)
-        job_id = data.draw(st.sampled_from([*known, 999]) if known else st.just(999))
+        job_id = data.draw(st.sampled_from([*sorted(self.model.rows), NO_SUCH_JOB]))
         snap = self.queue.wait(job_id, timeout=0)
         row = self.model.rows.get(job_id)
         assert (snap is None) is (row is None)
