@@ -418,6 +418,8 @@ class HandlerTimes:
         self._total = 0.0
 
     def ran(self, seconds: float) -> None:
+        """A handler ran `seconds`: averaged until WARM_UP_RUNS were, then followed
+        with a weight of 1/16, so the mean keeps up with handlers that change pace."""
         if self.mean is not None:
             self.mean += (seconds - self.mean) / 16
             return
