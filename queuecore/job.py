@@ -24,6 +24,23 @@ def to_datetime(epoch_seconds: float | None) -> datetime | None:
     return datetime.fromtimestamp(epoch_seconds, tz=timezone.utc)
 
 
+#: The key a stored text that is not JSON is shown under (W10).
+NOT_JSON = "stored (not JSON)"
+
+
+def shown_json(stored: str | None) -> Any:
+    """A stored JSON column's text as its value, for a view of the job: text that is not
+    JSON (a row written by hand, or damaged; SQLite does not check) shows as
+    `{NOT_JSON: text}`, so one such row cannot break a listing, a job's page or a log
+    line (W10)."""
+    if stored is None:
+        return None
+    try:
+        return json.loads(stored)
+    except ValueError:
+        return {NOT_JSON: stored}
+
+
 @dataclass(frozen=True, slots=True)
 class EnqueueResult:
     id: int
@@ -135,7 +152,7 @@ class ClaimedJob(Job):
         try:
             payload: object = self.payload
         except ValueError:
-            payload = {"stored (not JSON)": self._stored_payload}
+            payload = {NOT_JSON: self._stored_payload}
         shown = (
             f"{each.name}={payload if each.name == 'payload' else getattr(self, each.name)!r}"
             for each in fields(self)
@@ -165,6 +182,8 @@ class JobSnapshot:
     id: int
     kind: str
     queue: str
+    #: As enqueued; a stored text that is not JSON (a row written by hand, or damaged)
+    #: as `{"stored (not JSON)": text}`, as is such a `result` (W10).
     payload: dict[str, Any]
     priority: int
     state: str

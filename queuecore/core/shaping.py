@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from queuecore.errors import DedupeConflict
-from queuecore.job import ClaimedJob, Job, JobSnapshot, to_datetime
+from queuecore.job import ClaimedJob, Job, JobSnapshot, shown_json, to_datetime
 
 # Where the columns of `statements.JOB_COLUMNS` (then `state`, `ready_at`) sit in a claim's rows.
 (
@@ -58,11 +58,12 @@ def claimed_jobs(rows: Iterable[Any], token: str) -> list[Job]:
 
 
 def snapshot(row: Any) -> JobSnapshot:
+    """A row read through `statements.seen`: its payload and result come as JSON text."""
     return JobSnapshot(
         id=row.id,
         kind=row.kind,
         queue=row.queue,
-        payload=row.payload,
+        payload=shown_json(row.payload),
         priority=row.priority,
         state=row.state,
         attempts=row.attempts,
@@ -73,7 +74,7 @@ def snapshot(row: Any) -> JobSnapshot:
         created_at=to_datetime(row.created_at),
         visible_at=to_datetime(row.visible_at),
         finished_at=to_datetime(row.finished_at),
-        result=row.result,
+        result=shown_json(row.result),
         errors=attempt_errors(row.errors),
         started_at=to_datetime(row.started_at),
     )

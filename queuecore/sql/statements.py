@@ -102,13 +102,25 @@ def dead_values() -> dict[str, ColumnElement[object]]:
     }
 
 
-def seen(now: Now) -> list[ColumnElement[object]]:
-    """Every column of the jobs table as a read must report it (R08)."""
+#: The JSON columns a view of a job reads as text and decodes itself (`job.shown_json`):
+#: a driver's decoding raised on a row whose text is not JSON, and the listing with it.
+AS_TEXT = ("payload", "result")
+
+
+def seen(now: Now) -> list[ColumnElement[Any]]:
+    """Every column of the jobs table as a read must report it (R08); the JSON ones that
+    a person reads (AS_TEXT) as their text."""
     lost = lease_lost(now)
     dead = dead_values()
-    return [
-        case((lost, dead[c.name]), else_=c).label(c.name) if c.name in dead else c for c in jobs.c
-    ]
+    columns: list[ColumnElement[Any]] = []
+    for c in jobs.c:
+        if c.name in dead:
+            columns.append(case((lost, dead[c.name]), else_=c).label(c.name))
+        elif c.name in AS_TEXT:
+            columns.append(cast(c, Text()).label(c.name))
+        else:
+            columns.append(c)
+    return columns
 
 
 def seen_state(now: Now) -> ColumnElement[str]:

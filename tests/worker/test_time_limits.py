@@ -23,6 +23,8 @@ import sqlalchemy as sa
 
 import queuecore
 from queuecore import AsyncWorker, Worker
+from queuecore.cli.main import main
+from queuecore.job import NOT_JSON
 from tests.faults.helpers import PATIENCE
 from tests.worker.limited_handlers import ASYNC, LIMIT, SYNC, steps
 from tests.worker.processes import queuecore_process, wait_until
@@ -305,17 +307,6 @@ def test_w10_deeply_nested_payloads_in_an_in_process_worker(own_database, tmp_pa
     assert_failed_naming_the_cause(queue, nested, behind)
 
 
-def rows(db: sa.Engine, *ids: int) -> list[tuple[str, int, str | None]]:
-    """State, attempts and last error, read from the table: `queue.get` decodes the
-    payload, which the damaged row's is not."""
-    with db.connect() as conn:
-        found = conn.execute(
-            sa.text("SELECT id, state, attempts, last_error FROM queuecore_jobs"),
-        ).all()
-    by_id = {row.id: (row.state, row.attempts, row.last_error) for row in found}
-    return [by_id[i] for i in ids]
-
-
 @BOTH_REGISTRIES
 def test_w10_a_stored_payload_that_is_not_json_fails_its_own_job_naming_why(
     own_database, tmp_path, registry, echo, short
@@ -330,15 +321,28 @@ def test_w10_a_stored_payload_that_is_not_json_fails_its_own_job_naming_why(
     log = tmp_path / "worker.log"
     command = ("worker", f"tests.worker.limited_handlers:{registry}", "--dsn", dsn)
     with queuecore_process(*command, log=log) as worker:
-        wait_until(
-            lambda: all(state in SETTLED for state, _, _ in rows(db, damaged, *behind)),
-            worker,
-            log,
-            timeout=60,
-        )
+        wait_until(settled(queue, damaged, *behind), worker, log, timeout=60)
         assert worker.poll() is None, log.read_text()
         stop(worker, log)
-    (state, attempts, error), *others = rows(db, damaged, *behind)
-    assert (state, attempts) == ("dead", 1)
-    assert f"ValueError: job {damaged}'s stored payload is not JSON" in (error or ""), error
-    assert [state for state, _, _ in others] == ["done", "done"]
+    snap = queue.get(damaged)
+    assert (snap.state, snap.attempts) == ("dead", 1)
+    assert f"ValueError: job {damaged}'s stored payload is not JSON" in snap.last_error
+    assert [queue.get(i).state for i in behind] == ["done", "done"]
+
+
+def test_w10_a_stored_payload_that_is_not_json_shows_as_its_text_in_every_view(
+    own_database, capsys
+):
+    """A damaged row is shown, not raised on: `get`, the lists, and `queuecore show`
+    (the dashboard's job page reads `get`) give its text under NOT_JSON, and the rows
+    around it as they are. A driver's JSON decoding had raised, taking the whole
+    listing with it."""
+    dsn, queue, db = own_database
+    damaged, fine = queue.enqueue_many("k", [{"a": 1}, {"b": [1, 2.5, None, "x"]}])
+    store_payload_text(db, damaged, "{not json", json_column=False)
+    shown = {NOT_JSON: "{not json"}
+    assert queue.get(damaged).payload == shown
+    assert [s.payload for s in queue.list_jobs()] == [shown, {"b": [1, 2.5, None, "x"]}]
+    assert queue.list_jobs(state="queued", after_id=damaged)[0].id == fine
+    assert main(["show", str(damaged), "--dsn", dsn, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["payload"] == shown
