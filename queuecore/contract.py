@@ -126,6 +126,12 @@ class Backend:
         """The database server's clock as SQL, or None where the local clock is the default."""
         return None
 
+    def refresh_statistics(self) -> ClauseElement | None:
+        """A statement that brings the planner's statistics of the jobs table up to date,
+        run after a bulk load (`queuecore.copy`), where a claim's plan depends on them;
+        None where the database keeps them itself or its plans need none."""
+        return None
+
     def announcing(self, insert: Insert) -> ClauseElement:
         """The hot path's INSERT with `announce` folded into it, where the database can."""
         return insert

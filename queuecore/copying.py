@@ -99,6 +99,7 @@ def copy(
                 progress(len(rows))
         # Again: the source may have handed out more ids while its rows were copied.
         last, next_id = _reserve_ids(reader, dst.engine, reserve_ids)
+        _refresh_statistics(dst)
     return CopyReport(copied, seen - copied, time.monotonic() - started, next_id, next_id - last)
 
 
@@ -183,6 +184,15 @@ def _past_limits(
     except (TypeError, ValueError) as exc:
         return str(exc)[:200]
     return None
+
+
+def _refresh_statistics(dst: Any) -> None:
+    """The target's planner learns of the rows it was given (`Backend.refresh_statistics`):
+    a swap with a backlog would otherwise start on claims planned for an empty table."""
+    refresh = dst.backend.refresh_statistics()
+    if refresh is not None:
+        with dst.engine.begin() as conn:
+            conn.execute(refresh)
 
 
 def _insert(dst: Any, conn: Connection, rows: list[dict[str, Any]]) -> int:
