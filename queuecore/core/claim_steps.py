@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 #: Candidates read beyond the claim's size, for the rows concurrent claims lock or take
 #: first. Four workers' claimers move the head of the queue by dozens of rows between one
 #: claim's read and its lock; with 8 a claim read again 1.9 times as often as with 40,
-#: and four processes drained 25 to 40% fewer jobs a second (issue 29, measured).
+#: and four processes drained 16 to 28% fewer jobs a second (issue 29, measured).
 MARGIN = 40
 
 #: Where the locked rows hold the clock's reading (after `state`).
