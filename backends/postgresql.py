@@ -31,6 +31,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from queuecore.contract import Backend, BackendClass, QueueStatements
 from queuecore.core.plans import DriverStep, Hot, Outcome
+from queuecore.core.statistics import ClaimSortCheck
 from queuecore.errors import DatabaseLimitError, QueuecoreError, StorageFullError
 from queuecore.executors.sqlqueue import SQLQueue
 from queuecore.job import Completions, Job
@@ -89,6 +90,9 @@ class PostgresBackend(Backend):
         drained at 5,000 jobs/s, 20,000 once analyzed). Autovacuum analyzes the table
         too (migration 0002), but only on its next round, up to a minute later."""
         return sa.text(f"ANALYZE {jobs.name}")
+
+    def claim_sort_check(self) -> ClaimSortCheck | None:
+        return ClaimSortCheck("EXPLAIN (FORMAT JSON)", _plan_sorts)
 
     def announce(self, queue: str) -> list[tuple[Any, dict[str, Any]]]:
         """Delivered at commit, and only then: a rolled-back enqueue wakes nobody."""
@@ -412,6 +416,18 @@ class FinishedListener:
     def close(self) -> None:
         with self._lock:
             self._closed = True
+
+
+def _plan_sorts(rows: list[tuple[Any, ...]]) -> bool:
+    """Whether an `EXPLAIN (FORMAT JSON)` answer has a sort anywhere in its plan."""
+    ((document,),) = rows
+    nodes = [document[0]["Plan"]]
+    while nodes:
+        node = nodes.pop()
+        if node["Node Type"] in ("Sort", "Incremental Sort"):
+            return True
+        nodes.extend(node.get("Plans", ()))
+    return False
 
 
 def _run(conn: Any, sql: str, params: Any) -> Outcome:

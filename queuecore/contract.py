@@ -33,6 +33,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from queuecore.core.options import QueueOptions
 from queuecore.core.plans import A, DriverStep, Hot, Outcome, RunOnDriver, Step, Tx
+from queuecore.core.statistics import ClaimSortCheck
 from queuecore.errors import QueuecoreError, UnknownBackendError
 from queuecore.job import Completions
 from queuecore.protocol import Queue
@@ -128,8 +129,14 @@ class Backend:
 
     def refresh_statistics(self) -> ClauseElement | None:
         """A statement that brings the planner's statistics of the jobs table up to date,
-        run after a bulk load (`queuecore.copy`), where a claim's plan depends on them;
-        None where the database keeps them itself or its plans need none."""
+        run after a bulk load (`queuecore.copy`) and when a full claim's plan sorts
+        (`claim_sort_check`), where a claim's plan depends on them; None where the
+        database keeps them itself or its plans need none."""
+        return None
+
+    def claim_sort_check(self) -> ClaimSortCheck | None:
+        """How to ask whether the claim's plan sorts what it reads
+        (`queuecore.core.statistics`), where `refresh_statistics` would mend it."""
         return None
 
     def announcing(self, insert: Insert) -> ClauseElement:

@@ -23,6 +23,7 @@ from queuecore.core.options import Clock, QueueOptions
 from queuecore.core.plans import Hot, Outcome, Plan, Plans, Ready, Run, Tx
 from queuecore.core.shaping import ID, PRIORITY, READY_AT, STATE
 from queuecore.core.statement_set import PURGEABLE, StatementSet
+from queuecore.core.statistics import StatisticsWatch
 from queuecore.job import Completions, EnqueueResult, Job, JobSnapshot, WorkerInfo, to_datetime
 from queuecore.sql.schema import STATES
 
@@ -58,6 +59,12 @@ class Operations(StatementSet):
         self.now_sql = server_now if server_now is not None else bindparam("now", type_=Double)
         self.build_statements(self.now_sql)
         backend.build(self)
+        check, refresh = backend.claim_sort_check(), backend.refresh_statistics()
+        self.statistics = (
+            StatisticsWatch(check, self.compile(refresh))
+            if check is not None and refresh is not None
+            else None
+        )
 
     def params(self, **params: Any) -> dict[str, Any]:
         """Every statement's parameters; `now` is read once per statement from the clock."""
@@ -189,7 +196,10 @@ class Operations(StatementSet):
             # attempt (R08) and dropped them: it looks again for the room they took, after
             # them in claim order. Each pass writes at least one such row, so this ends.
             if len(live) == len(rows) or len(handed) >= limit:
-                return shaping.claimed_jobs(handed, params["token"])
+                jobs = shaping.claimed_jobs(handed, params["token"])
+                if self.statistics is not None and limit > 1 and len(jobs) == limit:
+                    return self.statistics.after_full_claim(plan.steps[-1], params, jobs)
+                return jobs
             params["limit"] = limit - len(handed)
             return again
 

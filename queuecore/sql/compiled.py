@@ -59,6 +59,17 @@ class Compiled:
         # result (see `rows`), and most columns of a row have none.
         self._converting: tuple[tuple[int, Callable[[Any], Any]], ...] | None = None
 
+    def prefixed(self, prefix: str) -> Compiled:
+        """This statement behind `prefix` (an EXPLAIN), with the same parameters; its
+        rows come as the driver gives them."""
+        other = object.__new__(Compiled)
+        for slot in Compiled.__slots__:
+            setattr(other, slot, getattr(self, slot))
+        other.sql = f"{prefix} {self.sql}"
+        other._columns = ()
+        other._converting = ()
+        return other
+
     def parameters(self, values: Mapping[str, Any]) -> Sequence[Any] | dict[str, Any]:
         """The driver's parameters: a tuple for positional paramstyles, else a dict."""
         laid = []
