@@ -418,16 +418,21 @@ class FinishedListener:
             self._closed = True
 
 
+#: The plan nodes that sort what they read.
+SORT_NODES = ("Sort", "Incremental Sort")
+
+
+def plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every node of an `EXPLAIN (FORMAT JSON)` plan, from `node` down."""
+    yield node
+    for child in node.get("Plans", ()):
+        yield from plan_nodes(child)
+
+
 def _plan_sorts(rows: list[tuple[Any, ...]]) -> bool:
     """Whether an `EXPLAIN (FORMAT JSON)` answer has a sort anywhere in its plan."""
     ((document,),) = rows
-    nodes = [document[0]["Plan"]]
-    while nodes:
-        node = nodes.pop()
-        if node["Node Type"] in ("Sort", "Incremental Sort"):
-            return True
-        nodes.extend(node.get("Plans", ()))
-    return False
+    return any(node["Node Type"] in SORT_NODES for node in plan_nodes(document[0]["Plan"]))
 
 
 def _run(conn: Any, sql: str, params: Any) -> Outcome:

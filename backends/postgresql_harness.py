@@ -6,7 +6,6 @@ transaction mode (R34)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, ClassVar
@@ -19,7 +18,7 @@ from queuecore.conformance.postgresql_server import ServerUnavailable, find_or_s
 from queuecore.conformance.server_harness import ServerHarness
 from queuecore.sql.schema import jobs
 
-from .postgresql import engine_arguments
+from .postgresql import SORT_NODES, engine_arguments, plan_nodes
 
 
 class PostgresHarness(ServerHarness):
@@ -49,14 +48,14 @@ class PostgresHarness(ServerHarness):
 
     def explain(self, conn: sa.Connection, sql: str, parameters: Any) -> Plan:
         (document,) = conn.exec_driver_sql(f"EXPLAIN (FORMAT JSON) {sql}", parameters).scalar_one()
-        nodes = list(_nodes(document["Plan"]))
+        nodes = list(plan_nodes(document["Plan"]))
         indexes = {node["Index Name"] for node in nodes if "Index Name" in node}
         return Plan(
             indexes=frozenset(PRIMARY_KEY if i == f"{jobs.name}_pkey" else i for i in indexes),
             full_scan=any(
                 n["Node Type"] == "Seq Scan" and n.get("Relation Name") == jobs.name for n in nodes
             ),
-            sorts=any(n["Node Type"] in ("Sort", "Incremental Sort") for n in nodes),
+            sorts=any(n["Node Type"] in SORT_NODES for n in nodes),
         )
 
     def unreachable(self, scratch: Path) -> str:
@@ -102,7 +101,3 @@ class PgBouncerHarness(PostgresHarness):
         return self._bouncer.dsn(sa.make_url(direct).database)
 
 
-def _nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield node
-    for child in node.get("Plans", ()):
-        yield from _nodes(child)

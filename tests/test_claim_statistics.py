@@ -57,7 +57,7 @@ def test_a_full_claim_planned_with_a_sort_has_the_table_analyzed(private_dsn, ba
 @pytest.mark.parametrize("backend", ["postgresql"])
 def test_a_claim_planned_without_a_sort_analyzes_nothing(private_dsn, backend, monkeypatch):
     """The look is made (CHECK_SECONDS is 0 here, so every full claim looks), and finds
-    nothing to mend; a claim that did not come back full does not look at all."""
+    nothing to mend."""
     monkeypatch.setattr(statistics, "CHECK_SECONDS", 0.0)
     with queuecore.connect(private_dsn) as queue:
         queue.enqueue_many("k", [{}] * 2000)
