@@ -4,6 +4,7 @@ drains at the index's pace, not at the pace of a sort of the whole backlog per c
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -85,3 +86,21 @@ def test_a_plan_that_still_sorts_after_an_analyze_is_left_alone(private_dsn, bac
         for _ in range(4):
             assert len(queue.claim("w", limit=10, kinds=["k"])) == 10
         assert analyzed(private_dsn)[1] == before + 1
+
+
+@pytest.mark.postgresql_only
+@pytest.mark.parametrize("backend", ["postgresql"])
+def test_the_async_face_has_the_table_analyzed_too(private_dsn, backend):
+    """The look is a step of the claim's plan, which the async queue runs too."""
+
+    async def claim_once() -> int:
+        queue = await queuecore.connect_async(private_dsn)
+        try:
+            await queue.enqueue_many("k", [{}] * 2000)
+            return len(await queue.claim("w", limit=10, kinds=["k"]))
+        finally:
+            await queue.close()
+
+    assert analyzed(private_dsn)[0] == -1
+    assert asyncio.run(claim_once()) == 10
+    assert analyzed(private_dsn)[0] == 2000
