@@ -99,5 +99,3 @@ class PgBouncerHarness(PostgresHarness):
 
     def _pooled(self, direct: str) -> str:
         return self._bouncer.dsn(sa.make_url(direct).database)
-
-

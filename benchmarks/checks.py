@@ -1,4 +1,5 @@
-"""Targets checked on a run's medians, and what they make of the exit status."""
+"""Targets checked on a run's medians, what they make of the exit status, and how a
+figure is shown."""
 
 from __future__ import annotations
 
@@ -9,6 +10,11 @@ Check = dict[str, Any]
 
 def ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
+
+
+def fmt(value: float | None, spec: str = ",.0f") -> str:
+    """A figure for a table, or a dash where nothing was measured."""
+    return "—" if value is None else format(value, spec)
 
 
 def check(

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks.checks import Check, check, ratio
+from benchmarks.checks import Check, check, fmt, ratio
 from benchmarks.implementations import (
     FLOOR,
     HUEY,
@@ -284,12 +284,12 @@ def table(rows: list[Row]) -> list[str]:
         peer = PEERS[row.backend]
         rate = row.median(QUEUECORE)
         lines.append(
-            f"{row.backend:<10} {row.shape:<12} {row.jobs:>6,} {_fmt(rate):>10} "
-            f"{_fmt(row.median(FLOOR)):>9} {peer + ' ' + _fmt(row.median(peer)):>18} "
-            f"{_fmt(ratio(rate, row.median(FLOOR)), '.2f'):>8} "
-            f"{_fmt(ratio(rate, row.median(peer)), '.2f'):>8} "
-            f"{_fmt(row.median(QUEUECORE_ASYNC)):>9} "
-            f"{_fmt(ratio(row.median(QUEUECORE_ASYNC), rate), '.2f'):>8}"
+            f"{row.backend:<10} {row.shape:<12} {row.jobs:>6,} {fmt(rate):>10} "
+            f"{fmt(row.median(FLOOR)):>9} {peer + ' ' + fmt(row.median(peer)):>18} "
+            f"{fmt(ratio(rate, row.median(FLOOR)), '.2f'):>8} "
+            f"{fmt(ratio(rate, row.median(peer)), '.2f'):>8} "
+            f"{fmt(row.median(QUEUECORE_ASYNC)):>9} "
+            f"{fmt(ratio(row.median(QUEUECORE_ASYNC), rate), '.2f'):>8}"
         )
     return lines
 
@@ -313,7 +313,3 @@ def targets(rows: list[Row], checks: list[Check]) -> None:
                 row.median(QUEUECORE),
                 MANY_ON_POSTGRES,
             )
-
-
-def _fmt(value: float | None, spec: str = ",.0f") -> str:
-    return "—" if value is None else format(value, spec)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import (
+    burst,
     databases,
     enqueue,
     latency,
@@ -30,7 +31,7 @@ from benchmarks import (
     throughput,
     worker_e2e,
 )
-from benchmarks.checks import Check, check, exit_status, ratio
+from benchmarks.checks import Check, check, exit_status, fmt, ratio
 from benchmarks.implementations import (
     FLOOR,
     FLOOR_ONE_STATEMENT,
@@ -65,6 +66,9 @@ class Plan:
     #: The worker end-to-end family: jobs per drain, and how many worker processes.
     e2e_jobs: int = 10_000
     e2e_processes: tuple[int, ...] = (1, 2, 4)
+    #: The burst family (PostgreSQL): jobs per drain, and how many worker processes.
+    burst_jobs: int = 50_000
+    burst_processes: tuple[int, ...] = (1, 4)
     #: The enqueue family: single enqueues timed, and the size of one enqueue_many.
     enqueue_jobs: int = 2_000
     enqueue_many_jobs: int = 10_000
@@ -79,10 +83,11 @@ QUICK = Plan(
     latency_samples=300,
     e2e_jobs=2000,
     e2e_processes=(1, 4),
+    burst_jobs=10_000,
     enqueue_jobs=500,
 )
 
-FAMILIES = ("worker", "throughput", "enqueue", "latency", "mariadb")
+FAMILIES = ("worker", "burst", "throughput", "enqueue", "latency", "mariadb")
 
 
 @dataclass
@@ -212,10 +217,6 @@ def latency_target(
         target = Target("postgresql", url)
     databases.migrate(url, revision)
     return target
-
-
-def fmt(value: float | None, spec: str = ",.0f") -> str:
-    return "—" if value is None else format(value, spec)
 
 
 def throughput_table(rows: list[Row]) -> list[str]:
@@ -473,6 +474,7 @@ def plan_of(args: argparse.Namespace) -> Plan:
     if args.workers:
         narrowed["workers"] = args.workers
         narrowed["e2e_processes"] = args.workers
+        narrowed["burst_processes"] = args.workers
         narrowed["full_sync_workers"] = tuple(
             w for w in plan.full_sync_workers if w in args.workers
         )
@@ -511,6 +513,11 @@ def main(argv: list[str] | None = None) -> int:
                 if "worker" in families
                 else []
             )
+            bursts = (
+                burst.run(dbs, plan.burst_processes, plan.burst_jobs, plan.repeats, log)
+                if "burst" in families and "postgresql" in backends
+                else None
+            )
             rows = run_throughput(plan, dbs, backends) if "throughput" in families else []
             enqueues = (
                 enqueue.run(
@@ -548,6 +555,7 @@ def main(argv: list[str] | None = None) -> int:
     info["load_average_before_after"] = [round(x, 2) for x in (*load_before, *os.getloadavg())]
     checks: list[Check] = []
     worker_e2e.targets(workers, checks)
+    burst.targets(bursts, checks)
     targets(rows, lat, checks)
     enqueue.targets(enqueues, checks)
     mariadb_family.targets(maria, checks)
@@ -563,6 +571,8 @@ def main(argv: list[str] | None = None) -> int:
             "the gate (all processes started) to an empty queue",
             *worker_e2e.table(workers),
         ]
+    if bursts is not None:
+        out += ["", *burst.table(bursts)]
     if rows:
         out += ["", f"library loop: {plan.jobs:,} jobs per run", *throughput_table(rows)]
     if enqueues:
@@ -595,6 +605,7 @@ def main(argv: list[str] | None = None) -> int:
                         }
                         for r in workers
                     ],
+                    "burst": None if bursts is None else burst.as_json(bursts),
                     "throughput": [
                         {
                             **{k: v for k, v in asdict(r).items() if k != "runs"},

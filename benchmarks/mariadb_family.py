@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from benchmarks import mariadb_drivers, mariadb_worker
-from benchmarks.checks import Check, check, ratio
+from benchmarks.checks import Check, check, fmt, ratio
 from benchmarks.worker_e2e import LOOP, WORKER
 
 #: Jobs per round of the one-connection loops: each waits for the server's commits.
@@ -96,15 +96,15 @@ def table(results: Results, jobs: int) -> list[str]:
     for count in results.processes:
         worker = results.worker(count, WORKER)
         lines.append(
-            f"{count:>5} {_fmt(worker):>8} {_fmt(results.worker(count, LOOP)):>8} "
-            f"{_fmt(ratio(worker, results.worker(count, LOOP)), '.2f'):>6} "
-            f"{_fmt(ratio(worker, single), '.2f'):>6}"
+            f"{count:>5} {fmt(worker):>8} {fmt(results.worker(count, LOOP)):>8} "
+            f"{fmt(ratio(worker, results.worker(count, LOOP)), '.2f'):>6} "
+            f"{fmt(ratio(worker, single), '.2f'):>6}"
         )
     floor = results.loop(FLOOR)
     lines += [
         f"MariaDB, one connection claiming one job and completing it, {FLOOR_JOBS:,} jobs:",
-        f"  queuecore {_fmt(results.loop(QUEUECORE_LOOP))} jobs/s, the floor on its driver "
-        f"{_fmt(floor)}: {_fmt(ratio(results.loop(QUEUECORE_LOOP), floor), '.2f')}x",
+        f"  queuecore {fmt(results.loop(QUEUECORE_LOOP))} jobs/s, the floor on its driver "
+        f"{fmt(floor)}: {fmt(ratio(results.loop(QUEUECORE_LOOP), floor), '.2f')}x",
     ]
     if results.error:
         lines.append(f"  not measured: {results.error}")
@@ -146,7 +146,3 @@ def as_json(results: Results) -> dict[str, Any]:
         "loops": results.loops,
         "error": results.error,
     }
-
-
-def _fmt(value: float | None, spec: str = ",.0f") -> str:
-    return "—" if value is None else format(value, spec)

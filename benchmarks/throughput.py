@@ -102,6 +102,22 @@ class Databases:
         self.postgres.checkpoint()
         return target
 
+    def prepare_unanalyzed(self, jobs: int) -> Target:
+        """A new PostgreSQL database whose queue receives `jobs` at once and has never been
+        analyzed: an application's first burst. Autovacuum is off for the table, so what
+        the run measures is queuecore's own answer to the stale plan (its claim's look,
+        `queuecore.core.statistics`), not when autovacuum's next round happens to fall."""
+        assert self.postgres is not None
+        url = self.postgres.create("unanalyzed")
+        databases.migrate(url, "head")
+        engine = sa.create_engine(url, isolation_level="AUTOCOMMIT")
+        with engine.connect() as conn:
+            conn.exec_driver_sql("ALTER TABLE queuecore_jobs SET (autovacuum_enabled = false)")
+        engine.dispose()
+        databases.seed(url, queued=jobs, analyze=False)
+        self.postgres.checkpoint()
+        return Target("postgresql", url)
+
     def discard(self, target: Target) -> None:
         if target.backend == "sqlite":
             for suffix in ("", "-wal", "-shm"):

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import gate
-from benchmarks.checks import Check, check, ratio
+from benchmarks.checks import Check, check, fmt, ratio
 from benchmarks.implementations import HUEY, PGQUEUER, QUEUECORE, Target
 
 #: `queuecore worker` with every default, its per-job INFO lines included.
@@ -338,13 +338,13 @@ def table(rows: list[Row]) -> list[str]:
         quiet = row.median(WORKER_QUIET)
         cost = None if worker is None or not quiet else 1 - worker / quiet
         lines.append(
-            f"{row.backend:<10} {row.processes:>5} {_fmt(worker):>8} {_fmt(quiet):>8} "
-            f"{_fmt(row.median(WORKER_ASYNC)):>8} "
-            f"{_fmt(row.median(LOOP)):>8} {peer + ' ' + _fmt(row.median(peer)):>22} "
-            f"{_fmt(ratio(worker, row.median(LOOP)), '.2f'):>6} "
-            f"{_fmt(ratio(worker, row.median(peer)), '.2f'):>6} "
-            f"{_fmt(ratio(row.median(WORKER_ASYNC), worker), '.2f'):>5} "
-            f"{_fmt(cost, '.0%'):>8} {_fmt(row.start_s(WORKER), '.2f'):>7}"
+            f"{row.backend:<10} {row.processes:>5} {fmt(worker):>8} {fmt(quiet):>8} "
+            f"{fmt(row.median(WORKER_ASYNC)):>8} "
+            f"{fmt(row.median(LOOP)):>8} {peer + ' ' + fmt(row.median(peer)):>22} "
+            f"{fmt(ratio(worker, row.median(LOOP)), '.2f'):>6} "
+            f"{fmt(ratio(worker, row.median(peer)), '.2f'):>6} "
+            f"{fmt(ratio(row.median(WORKER_ASYNC), worker), '.2f'):>5} "
+            f"{fmt(cost, '.0%'):>8} {fmt(row.start_s(WORKER), '.2f'):>7}"
         )
     return lines
 
@@ -375,10 +375,6 @@ def targets(rows: list[Row], checks: list[Check]) -> None:
                 ratio(worker, row.median(peer)),
                 bound,
             )
-
-
-def _fmt(value: float | None, spec: str = ",.0f") -> str:
-    return "—" if value is None else format(value, spec)
 
 
 def keep(

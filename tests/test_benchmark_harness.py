@@ -8,12 +8,13 @@ import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
 from backends import mariadb_harness
-from benchmarks import databases, enqueue, mariadb_family, worker_e2e
+from benchmarks import burst, databases, enqueue, mariadb_family, worker_e2e
 from benchmarks.checks import Check, check, exit_status
 from benchmarks.floors import SQLiteOneStatementFloor
 from benchmarks.harness import build_parser, plan_of
@@ -39,13 +40,18 @@ def postgres(postgres_server: str) -> Iterator[databases.PostgresDatabases]:
     server.drop_all()
 
 
-def _states(url: str) -> dict[str, int]:
+def _read(url: str, sql: str) -> list[sa.Row[Any]]:
     engine = sa.create_engine(url)
     with engine.connect() as conn:
-        rows = conn.exec_driver_sql(
-            "SELECT state, attempts, count(*) FROM queuecore_jobs GROUP BY state, attempts"
-        ).all()
+        rows = conn.exec_driver_sql(sql).all()
     engine.dispose()
+    return list(rows)
+
+
+def _states(url: str) -> dict[str, int]:
+    rows = _read(
+        url, "SELECT state, attempts, count(*) FROM queuecore_jobs GROUP BY state, attempts"
+    )
     return {f"{state}/{attempts}": count for state, attempts, count in rows}
 
 
@@ -112,6 +118,34 @@ def test_postgresql_worker_processes_drain_every_job_once(
     assert worker_e2e.measure(implementation, target, 2, JOBS, tmp_path).exactly_once
     if implementation == worker_e2e.WORKER:
         assert _states(target.url) == {"done/1": JOBS}
+
+
+def _planner_rows(url: str) -> float:
+    """What the planner believes the queue table holds: -1 until it is first analyzed."""
+    [(rows,)] = _read(url, "SELECT reltuples FROM pg_class WHERE relname = 'queuecore_jobs'")
+    return float(rows)
+
+
+def test_the_burst_family_drains_an_analyzed_and_a_never_analyzed_table(
+    tmp_path: Path, postgres: databases.PostgresDatabases
+):
+    dbs = Databases(tmp_path, postgres)
+    fresh, analyzed = dbs.prepare_unanalyzed(JOBS), dbs.prepare(QUEUECORE, "postgresql", "", JOBS)
+    assert (_planner_rows(fresh.url), _planner_rows(analyzed.url)) == (-1, JOBS)
+    assert _states(fresh.url) == {"queued/0": JOBS}
+    results = burst.run(dbs, (1,), JOBS, 1, lambda _: None)
+    assert all(results.median(1, table) for table in (burst.ANALYZED, burst.UNANALYZED))
+    assert "never analyzed" in "\n".join(burst.table(results))
+
+
+def test_burst_targets_are_checked_on_the_ratio():
+    held, missed = burst.Results((1,), 100), burst.Results((1,), 100)
+    held.rates = {(1, burst.ANALYZED): [1000.0], (1, burst.UNANALYZED): [850.0]}
+    missed.rates = {(1, burst.ANALYZED): [1000.0], (1, burst.UNANALYZED): [450.0]}
+    checks: list[Check] = []
+    burst.targets(held, checks)
+    burst.targets(missed, checks)
+    assert [c["held"] for c in checks] == [True, False]
 
 
 @pytest.mark.parametrize("shape", [enqueue.SINGLE, enqueue.MANY])
