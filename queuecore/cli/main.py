@@ -22,7 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 import queuecore
 from queuecore.cli import dsn_option
 from queuecore.cli.common import UsageError, driver, names, need_dsn, open_queue
-from queuecore.connect import connect
+from queuecore.connect import connect, load_driver
 from queuecore.core import validate
 from queuecore.core.dsn import scrubbed, secrets_of
 from queuecore.errors import QueuecoreError
@@ -358,6 +358,7 @@ def _migrate(args: argparse.Namespace) -> int:
 
 def _worker(args: argparse.Namespace) -> int:
     need_dsn(args)  # the first thing to say when it is missing
+    load_driver(args.dsn)  # before the fork server: it and its forks inherit the import
     # Its imports overlap loading the registry and connecting. A fork would repeat a
     # password given on this command line in its own, and in each handler process's.
     handler_processes.prestart(fork=not dsn_option.secret_in_argv(args))

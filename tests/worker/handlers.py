@@ -6,6 +6,7 @@ import ctypes
 import os
 import re
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -27,6 +28,13 @@ def slow(job: Job) -> None:
 @REGISTRY.handler("quick")
 def quick(job: Job) -> None:
     return None
+
+
+@REGISTRY.handler("imported")
+def imported(job: Job) -> list[str]:
+    """Which of the modules the payload names were imported in the handler process
+    before this job ran (this handler imports none)."""
+    return [name for name in job.payload["modules"] if name in sys.modules]
 
 
 @REGISTRY.handler("raises")
