@@ -22,9 +22,12 @@ from queuecore.worker.processes.messages import (
     JobCompleting,
     JobReturned,
     Jobs,
+    JobsStarted,
     pickled,
     send,
+    send_together,
     unwire,
+    unwire_all,
     wire,
 )
 
@@ -158,3 +161,13 @@ def test_the_inbox_returns_what_a_dead_child_sent_before_saying_it_closed(pair: 
     assert inbox.read() == [JobReturned(1, None, 0.1), JobReturned(2, None, 0.1)]
     with pytest.raises(EOFError):
         inbox.read()
+
+
+def test_the_event_loop_process_s_frames_come_out_as_the_lists_it_sent(pair: Pair) -> None:
+    """The event-loop process sends the messages of one pass of its loop in one frame;
+    the worker reads every frame waiting in one read and each comes out whole, in order."""
+    child, inbox = pair
+    passes = [[JobReturned(1, None, 0.1), JobsStarted([2, 3])], [JobCompleting(2)]]
+    for messages in passes:
+        send_together(child, messages)
+    assert [unwire_all(frame) for frame in inbox.frames()] == passes

@@ -54,7 +54,7 @@ from queuecore.worker.processes.messages import (
     Stop,
     receive,
     send,
-    wire,
+    send_together,
 )
 from queuecore.worker.processes.shared import log
 
@@ -160,7 +160,7 @@ class LoopServing:
     def flush(self) -> None:
         if self.outbox:
             messages, self.outbox = self.outbox, []
-            self.conn.send([wire(message) for message in messages])
+            send_together(self.conn, messages)
 
     async def serve(self, ticket: int, lease: AsyncLease) -> None:
         started = time.monotonic()

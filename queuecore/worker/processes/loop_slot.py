@@ -35,6 +35,7 @@ from queuecore.worker.processes.child_slot import Child, ChildSlot, Sent
 from queuecore.worker.processes.handler_processes import ForkServer
 from queuecore.worker.processes.messages import (
     Cancel,
+    Inbox,
     JobCancelled,
     JobCompleting,
     JobsStarted,
@@ -45,7 +46,7 @@ from queuecore.worker.processes.messages import (
     Stop,
     job_ended,
     send,
-    unwire,
+    unwire_all,
 )
 from queuecore.worker.processes.slot_rules import (
     COMMITTING_EFFECT,
@@ -65,6 +66,7 @@ class LoopChild(Child):
     """The loop process, with the jobs sent to it, by ticket."""
 
     out: dict[int, Sent] = field(default_factory=dict)
+    inbox: Inbox | None = None  # its messages, read from its socket by the reader thread
 
 
 class LoopProcess(ChildSlot[LoopChild]):
@@ -98,7 +100,7 @@ class LoopProcess(ChildSlot[LoopChild]):
     def _start(self) -> None:
         pid, conn, running = self.server.fork_running()
         running.close()  # a handler process's word: the loop process reports by message
-        child = LoopChild(pid, conn)
+        child = LoopChild(pid, conn, inbox=Inbox(conn.fileno()))
         self._tell(child, Slots(self.slots))
         with self._lock:
             self._child = child
@@ -221,8 +223,10 @@ class LoopProcess(ChildSlot[LoopChild]):
         try:
             while True:
                 if child.readable(WATCH_SLICE):
-                    for message in child.conn.recv():
-                        self._take(child, unwire(message))
+                    assert child.inbox is not None
+                    for frame in child.inbox.frames():
+                        for message in unwire_all(frame):
+                            self._take(child, message)
                 self._tell_lost(child)
                 self._stop_due_now(child)
         except (EOFError, OSError):

@@ -236,6 +236,17 @@ def send(conn: Socket, message: Message) -> None:
     conn.send_bytes(pickled(message))
 
 
+def send_together(conn: Socket, messages: list[Message]) -> None:
+    """Several messages in one frame (the event-loop process's outcomes of one pass),
+    plain `pickle` as `pickled`; the worker's side reads them with `unwire_all`."""
+    conn.send_bytes(pickle.dumps([wire(message) for message in messages], PICKLE_PROTOCOL))
+
+
+def unwire_all(frame: Any) -> list[Message]:
+    """The messages of one `send_together` frame, as loaded."""
+    return [unwire(message) for message in frame]
+
+
 def receive(conn: Socket) -> Message:
     return unwire(pickle.loads(conn.recv_bytes()))
 
@@ -263,12 +274,17 @@ class Inbox:
     def read(self) -> list[Message]:
         """The whole messages waiting (poll first: some bytes must be); EOFError once the
         child's end closed and every whole message it sent was returned."""
+        return [unwire(frame) for frame in self.frames()]
+
+    def frames(self) -> list[Any]:
+        """`read`, each frame as loaded: a wired message, or a list of them from
+        `send_together`."""
         data = os.read(self.fd, self._wanted)
         if not data:
             raise EOFError("the child's socket closed")
         buffer = self._buffer
         buffer += data
-        messages: list[Message] = []
+        frames: list[Any] = []
         at, end = 0, len(buffer)
         self._wanted = READ_AT_ONCE
         while end - at >= _SIZE.size:
@@ -282,10 +298,10 @@ class Inbox:
             if end - start < size:
                 self._wanted = max(READ_AT_ONCE, start + size - end)
                 break
-            messages.append(unwire(pickle.loads(buffer[start : start + size])))
+            frames.append(pickle.loads(buffer[start : start + size]))
             at = start + size
         del buffer[:at]
-        return messages
+        return frames
 
 
 def job_ended(message: Message) -> tuple[int, Outcome, float]:
