@@ -11,6 +11,7 @@ operation, where an async driver would await each statement and each fetch.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import NotImplementedType
@@ -58,7 +59,8 @@ class MariaDBAsyncDriver:
         pool's."""
         loop = asyncio.get_running_loop()
         if tx.hot:
-            return await loop.run_in_executor(self._threads, self._hot.run_program, tx.body)
+            program = functools.partial(self._hot.run_program, tx.body, turn=tx.turn)
+            return await loop.run_in_executor(self._threads, program)
         return await loop.run_in_executor(self._threads, run_transaction, self._hot.engine, tx.body)
 
     def finish_signal(self, job_id: int) -> AsyncSleep:

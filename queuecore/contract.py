@@ -178,11 +178,14 @@ class Backend:
         in one transaction that takes the write lock up front. Every row is fetched."""
         raise NotImplementedError
 
-    def transaction_on_driver(self, conn: Any) -> AbstractContextManager[RunOnDriver]:
+    def transaction_on_driver(
+        self, conn: Any, *, turn: bool = False
+    ) -> AbstractContextManager[RunOnDriver]:
         """A transaction on the DBAPI connection for a program whose later statements
         depend on the rows of earlier ones (`Tx.hot`: the claim in steps): the context
         gives what runs one statement in it, commits on the way out, and rolls back on
-        an error. Needed where `locks_rows_it_walks_past`."""
+        an error. Needed where `locks_rows_it_walks_past`. `turn` (`Tx.turn`): a claim
+        while claims meet each other's locks, which the backend may have take turns."""
         raise NotImplementedError
 
 

@@ -4,11 +4,16 @@ past, not only the rows it returns (InnoDB: `Backend.locks_rows_it_walks_past`).
 There a claim of one locking statement would hold, until it commits, the running jobs
 ahead of the ready ones in the index, and their holders' heartbeats and completions
 would wait for it (ADR 0012, measured). So, in one transaction: the candidates are read
-in claim order without locks; those still due are locked by id, skipping any another
-claim holds, and read whole with the clock, since such a database has no UPDATE …
-RETURNING; then written (R06, or dead by R08) from what was read. Two claimers that read
-the same candidates do not both come back empty-handed: the one that found them locked
-reads on past them, so a claim is empty only when nothing it may take is ready.
+in claim order without locks; the first of them still due are locked by id, in that
+order, skipping any another claim holds, and read whole with the clock, since such a
+database has no UPDATE … RETURNING; then written (R06, or dead by R08) from what was
+read. Two claimers that read the same candidates do not both come back empty-handed:
+the second locks the next ones, and one that found too few reads on past them, so a
+claim is empty only when nothing it may take is ready.
+
+Claims that had to read on take turns for a while (`Contention`, where the backend has
+turns: `Tx.turn`): side by side, large claims read the head of the queue another had
+locked and read on, round after round.
 
 The program asks for compiled statements only (`RunCompiled`), so the queue runs it on
 the hot path's own driver connection: SQLAlchemy's execution path cost more client time
@@ -18,15 +23,27 @@ parameter each, in statements compiled per size (`queuecore.core.sized`).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import BigInteger, Double, bindparam, null, select, update
+from sqlalchemy import (
+    BigInteger,
+    Double,
+    Integer,
+    bindparam,
+    column,
+    literal_column,
+    null,
+    select,
+    update,
+    values,
+)
 from sqlalchemy.sql import ClauseElement
 
 from queuecore.core.plans import Program, RunCompiled
 from queuecore.core.shaping import ATTEMPTS, ID, MAX_ATTEMPTS, STATE, VISIBLE_AT, claimed_jobs
-from queuecore.core.sized import bucket, listed
+from queuecore.core.sized import bucket, listed, listed_as_rows
 from queuecore.sql.schema import RUNNING, jobs
 from queuecore.sql.statements import JOB_COLUMNS, Now, Walk, dead_values, due, filtered
 
@@ -42,6 +59,29 @@ MARGIN = 40
 
 #: Where the locked rows hold the clock's reading (after `state`).
 NOW = len(JOB_COLUMNS) + 1
+
+
+class Contention:
+    """When a queue's claims last had to read again: the candidates they read were
+    locked or taken by other claims before they were locked, and too few were left.
+    For TURNS_SECONDS after that, its claims take turns (`Tx.turn`). Claims that find
+    what they need among their candidates, other claims or not (small claims beside
+    each other: the MARGIN covers them), go on side by side, and a queue that meets no
+    other claim never asks for a turn and pays nothing for it."""
+
+    #: Long enough that a queue in turns (where claims no longer meet) looks again
+    #: rarely; each look costs a claim that meets another, one round more.
+    TURNS_SECONDS = 10.0
+
+    def __init__(self) -> None:
+        self._met_at: float | None = None
+
+    def met(self) -> None:
+        self._met_at = time.monotonic()
+
+    def recent(self) -> bool:
+        """Whether the claims met within TURNS_SECONDS."""
+        return self._met_at is not None and time.monotonic() - self._met_at < self.TURNS_SECONDS
 
 
 def _bound(name: str, size: int) -> list[Any]:
@@ -71,11 +111,15 @@ class ClaimSteps:
         return self._sized("candidates", passed, self._candidates)
 
     def lock(self, ids: int) -> Compiled:
-        """Of the ids `id_0` …, the first `limit` still due, locked, skipping those
-        another claim holds, read whole with the clock's reading. By id, never by a walk
-        of the claim-order index: the optimizer took that walk for the ORDER BY ... LIMIT
-        once the table had churned, and a locking read locks what it walks past (403
-        rows examined a lock with 4 workers, against 13 with one)."""
+        """Of the ids `id_0` … (`listed_as_rows`), the first `limit` still due in their
+        order, locked, skipping those another claim holds, read whole with the clock's
+        reading. By id, never by a walk of the claim-order index: the optimizer took that
+        walk for the ORDER BY ... LIMIT once the table had churned, and a locking read
+        locks what it walks past (403 rows examined a lock with 4 workers, against 13
+        with one). The ids are a list joined first (STRAIGHT_JOIN), sorted by their
+        place before the join, so the join stops at `limit`: filtered and sorted after
+        the rows were read, every due one was locked, and a second claim of the same
+        candidates found all of them held (issue 29)."""
         return self._sized("lock", ids, self._lock)
 
     def write_dead(self, ids: int) -> Compiled:
@@ -101,15 +145,23 @@ class ClaimSteps:
         return stmt.order_by(*self._walk.order).limit(bindparam("wanted"))
 
     def _lock(self, ids: int) -> ClauseElement:
+        listed = (
+            values(column("pos", Integer), column("id", BigInteger), name="candidates")
+            .data([(literal_column(str(i)), bound) for i, bound in enumerate(_bound("id", ids))])
+            .cte("candidates")
+        )
         lock = (
             select(*JOB_COLUMNS, jobs.c.state, self._now.label("now"))
-            .where(jobs.c.id.in_(_bound("id", ids)), due(self._now, self._walk))
-            .order_by(*self._walk.order)
+            .select_from(listed)
+            .join(jobs, jobs.c.id == listed.c.id)
+            .where(due(self._now, self._walk))
+            .order_by(listed.c.pos)
             .limit(bindparam("limit"))
             .with_for_update(skip_locked=True)
         )
         for dialect in ("mariadb", "mysql"):
             lock = lock.with_hint(jobs, "FORCE INDEX (PRIMARY)", dialect_name=dialect)
+            lock = lock.prefix_with("STRAIGHT_JOIN", dialect=dialect)
         return lock
 
     def _write_dead(self, ids: int) -> ClauseElement:
@@ -135,7 +187,9 @@ class ClaimSteps:
         )
 
 
-def claim(steps: ClaimSteps, params: dict[str, Any], limit: int) -> Program[list[Job]]:
+def claim(
+    steps: ClaimSteps, params: dict[str, Any], limit: int, contention: Contention
+) -> Program[list[Job]]:
     handed: list[Job] = []
     passed: list[int] = []  # read as candidates, then found taken or no longer due
     token = params["token"]
@@ -149,7 +203,7 @@ def claim(steps: ClaimSteps, params: dict[str, Any], limit: int) -> Program[list
         if not ids:
             break
         size = bucket(len(ids))
-        locking = {**params, **listed("id", ids, size), "limit": need}
+        locking = {**params, **listed_as_rows("id", ids, size), "limit": need}
         _, rows, _ = yield RunCompiled(steps.lock(size), locking)
         taken = [row[ID] for row in rows]
         # The lock walks the candidates in their order and stops at `need`: those before
@@ -177,6 +231,8 @@ def claim(steps: ClaimSteps, params: dict[str, Any], limit: int) -> Program[list
             handed.extend(claimed_jobs([_as_claimed(row, lease_end) for row in claimed], token))
         if len(found) < wanted and len(taken) < need:
             break  # every due row was seen: there is nothing more to take
+        if len(handed) < limit:  # to read again: other claims took or held what it read
+            contention.met()
     return handed
 
 

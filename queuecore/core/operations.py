@@ -179,7 +179,9 @@ class Operations(StatementSet):
                 params[f"kind_{i}"] = validate.kind(kind)
         if self.backend.locks_rows_it_walks_past:
             steps = self.claim_steps(queue_count, kind_count)
-            return Tx(claim_steps.claim(steps, params, limit), hot=True)
+            contention = self.contention
+            program = claim_steps.claim(steps, params, limit, contention)
+            return Tx(program, hot=True, turn=contention.recent())
         plan = self.claim_plan(limit == 1, queue_count, kind_count)
         handed: list[tuple[Any, ...]] = []
 

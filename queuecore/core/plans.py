@@ -104,13 +104,16 @@ class Tx(Generic[A]):
     `calls_back`: the program calls the caller's effects (an async queue must then run
     it on its event loop, where an `async def` effect can be awaited). `hot`: it asks
     only `RunCompiled`, so the queue may run it in a transaction on the hot path's own
-    driver connection (the claim in steps, where a claim cannot be one statement)."""
+    driver connection (the claim in steps, where a claim cannot be one statement).
+    `turn`: it is a claim made while claims meet each other's locks, which waits for
+    its turn first where the backend has turns (`Backend.transaction_on_driver`)."""
 
     body: Program[A]
     write: bool = True
     conn: Any = None
     calls_back: bool = False
     hot: bool = False
+    turn: bool = False
 
 
 @final

@@ -28,3 +28,10 @@ def padded(values: Sequence[T], size: int) -> list[T]:
 def listed(name: str, values: Sequence[T], size: int) -> dict[str, T]:
     """`values` as the parameters `name_0` … `name_{size-1}`, padded with the last one."""
     return {f"{name}_{i}": value for i, value in enumerate(padded(values, size))}
+
+
+def listed_as_rows(name: str, values: Sequence[T], size: int) -> dict[str, T | None]:
+    """`values` as `listed` has them, padded with NULLs instead: for a list read as rows
+    (joined), where a copy of the last value would be a row twice, and NULL joins none."""
+    rows: list[T | None] = [*values, *[None] * (size - len(values))]
+    return {f"{name}_{i}": value for i, value in enumerate(rows)}

@@ -10,7 +10,7 @@ from sqlalchemy import Double, bindparam, select
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.elements import ColumnElement
 
-from queuecore.core.claim_steps import ClaimSteps
+from queuecore.core.claim_steps import ClaimSteps, Contention
 from queuecore.core.worker_records import WorkerStatements
 from queuecore.sql import statements
 from queuecore.sql.compiled import Compiled
@@ -66,6 +66,8 @@ class StatementSet:
         self._lists: dict[tuple[tuple[str, ...] | None, bool, bool], Any] = {}
         self._plans: dict[tuple[bool, int | None, int | None], ClaimPlan] = {}
         self._steps: dict[tuple[int | None, int | None], ClaimSteps] = {}
+        #: When this queue's claims in steps last met another claim's locks.
+        self.contention = Contention()
         self._held: dict[int, Compiled] = {}
         self._started: dict[int, Compiled] = {}
         self._fences: dict[int, Compiled] = {}

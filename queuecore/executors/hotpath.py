@@ -81,10 +81,11 @@ class HotPath:
             for (c, _), (count, rows, codes) in zip(steps, outcomes, strict=True)
         ]
 
-    def run_program(self, body: Program[A]) -> A:
+    def run_program(self, body: Program[A], *, turn: bool = False) -> A:
         """A program that asks only `RunCompiled` (`Tx.hot`), in one transaction on this
-        thread's driver connection (`Backend.transaction_on_driver`); errors, a lost
-        connection and an instrumented engine as `execute` has them. An error is not
+        thread's driver connection (`Backend.transaction_on_driver`, told whether to wait
+        for a claim's `turn`); errors, a lost connection and an instrumented engine as `execute` has
+        them (through SQLAlchemy's Connection a claim waits for no turn). An error is not
         thrown into the program: the transaction is rolled back and the error raised."""
         if self.on_connection():
             with transaction(self.engine) as conn:
@@ -97,7 +98,7 @@ class HotPath:
             return count, compiled.rows(rows, codes), codes
 
         try:
-            with self.backend.transaction_on_driver(driver) as on_driver:
+            with self.backend.transaction_on_driver(driver, turn=turn) as on_driver:
                 return drive_compiled(body, lambda step: run(step, on_driver))
         except self.engine.dialect.loaded_dbapi.Error as error:
             raise self._failed(raw, error) from error

@@ -135,7 +135,7 @@ class SQLQueue(OptionsView):
             self.backend.check_callers_connection(tx.conn)
             return _drive(tx.conn, tx.body)
         if tx.hot:
-            return self.hot.run_program(tx.body)
+            return self.hot.run_program(tx.body, turn=tx.turn)
         return run_transaction(self.engine if tx.write else self._read_engine, tx.body)
 
     # --- the operations ---------------------------------------------------------------
