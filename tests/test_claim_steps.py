@@ -93,10 +93,10 @@ def test_a_claim_locks_only_what_it_takes_and_one_that_must_read_on_puts_claims_
 ):
     """Side by side, large claims read the head another had locked and read on, and
     four processes drained 0.57x what one did (issue 29). A claim locks only the
-    candidates it takes, in claim order; one that finds so many of its candidates held
-    by another session that it must read again puts the queue's claims in turns, and
-    claims that find enough (or meet no other claim) never ask for one (a turn costs
-    two statements)."""
+    candidates it takes, in claim order. Claims that meet no other read only what they
+    want; one that must read again has the queue's claims read a margin more; one that
+    must read again despite the margin puts them in turns (a turn costs two
+    statements a claim)."""
     with queuecore.connect(dsn) as queue:
         ids = queue.enqueue_many("k", [{}] * (3 * MARGIN))
         with queue.engine.connect() as other, other.begin():
@@ -109,9 +109,11 @@ def test_a_claim_locks_only_what_it_takes_and_one_that_must_read_on_puts_claims_
                 )
 
             hold(ids[1 : MARGIN + 1])
+            contention = queue.ops.contention
             assert [job.id for job in queue.claim("w")] == ids[:1]
+            assert (contention.margin(), contention.turns()) == (0, False)  # met no claim
             assert [job.id for job in queue.claim("w")] == ids[MARGIN + 1 : MARGIN + 2]
-            assert not queue.ops.contention.recent()
+            assert (contention.margin(), contention.turns()) == (MARGIN, False)
             with queue.engine.connect() as third, third.begin():
                 free = third.exec_driver_sql(
                     "SELECT id FROM queuecore_jobs WHERE state = 'queued' FOR UPDATE SKIP LOCKED"
@@ -120,7 +122,7 @@ def test_a_claim_locks_only_what_it_takes_and_one_that_must_read_on_puts_claims_
             hold(ids[MARGIN + 2 : 2 * MARGIN + 2])  # more held than the margin covers
             taken = queue.claim("w")
         assert [job.id for job in taken] == ids[2 * MARGIN + 2 : 2 * MARGIN + 3]
-        assert queue.ops.contention.recent()
+        assert contention.turns()
 
 
 @pytest.mark.mariadb_only
@@ -130,7 +132,7 @@ def test_a_claim_in_turns_waits_while_another_claim_has_the_turn(dsn):
     waits; given it, the claim runs."""
     with queuecore.connect(dsn) as queue:
         first = queue.enqueue_many("k", [{}] * 3)[0]
-        queue.ops.contention.met()
+        queue.ops.contention.read_again(MARGIN)
         queue.backend.turns.wait_seconds = 3600
         claimed: list[list[queuecore.Job]] = []
         claimer = threading.Thread(target=lambda: claimed.append(queue.claim("w")))
@@ -152,7 +154,7 @@ def test_a_claim_whose_turn_does_not_come_claims_without_it_and_so_do_the_next(d
     wait, then they claim side by side (the row locks keep R05) for `rest_seconds`."""
     with queuecore.connect(dsn) as queue:
         ids = queue.enqueue_many("k", [{}] * 3)
-        queue.ops.contention.met()
+        queue.ops.contention.read_again(MARGIN)
         with _turn_held(queue):
             queue.backend.turns.wait_seconds = 0.01
             assert [job.id for job in queue.claim("w")] == ids[:1]

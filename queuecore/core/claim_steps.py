@@ -11,9 +11,10 @@ read. Two claimers that read the same candidates do not both come back empty-han
 the second locks the next ones, and one that found too few reads on past them, so a
 claim is empty only when nothing it may take is ready.
 
-Claims that had to read on take turns for a while (`Contention`, where the backend has
-turns: `Tx.turn`): side by side, large claims read the head of the queue another had
-locked and read on, round after round.
+Claims that had to read on read more candidates for a while, and if they still have
+to, take turns (`Contention`, where the backend has turns: `Tx.turn`): side by side,
+large claims read the head of the queue another had locked and read on, round after
+round.
 
 The program asks for compiled statements only (`RunCompiled`), so the queue runs it on
 the hot path's own driver connection: SQLAlchemy's execution path cost more client time
@@ -51,10 +52,11 @@ if TYPE_CHECKING:
     from queuecore.job import Job
     from queuecore.sql.compiled import Compiled
 
-#: Candidates read beyond the claim's size, for the rows concurrent claims lock or take
-#: first. Four workers' claimers move the head of the queue by dozens of rows between one
-#: claim's read and its lock; with 8 a claim read again 1.9 times as often as with 40,
-#: and four processes drained 16 to 28% fewer jobs a second (issue 29, measured).
+#: Candidates read beyond the claim's size, once claims have met (`Contention`), for the
+#: rows concurrent claims lock or take first. Four workers' claimers move the head of
+#: the queue by dozens of rows between one claim's read and its lock; with 8 a claim
+#: read again 1.9 times as often as with 40, and four processes drained 16 to 28% fewer
+#: jobs a second (issue 29, measured).
 MARGIN = 40
 
 #: Where the locked rows hold the clock's reading (after `state`).
@@ -62,26 +64,43 @@ NOW = len(JOB_COLUMNS) + 1
 
 
 class Contention:
-    """When a queue's claims last had to read again: the candidates they read were
-    locked or taken by other claims before they were locked, and too few were left.
-    For TURNS_SECONDS after that, its claims take turns (`Tx.turn`). Claims that find
-    what they need among their candidates, other claims or not (small claims beside
-    each other: the MARGIN covers them), go on side by side, and a queue that meets no
-    other claim never asks for a turn and pays nothing for it."""
+    """How much a queue's claims have had to read again lately: the candidates they read
+    were locked or taken by other claims before they locked them, and too few were left.
 
-    #: Long enough that a queue in turns (where claims no longer meet) looks again
-    #: rarely; each look costs a claim that meets another, one round more.
-    TURNS_SECONDS = 10.0
+    A claim of a queue whose claims have not met reads as many candidates as it wants
+    jobs; once one had to read again, they read MARGIN more for RECENT_SECONDS; and once
+    one had to read again despite the margin (large claims side by side: a busy worker's
+    batches), they take turns (`Tx.turn`) for as long. Each step costs more per claim
+    than the one before, so a lone claimer pays for none, and small claims beside each
+    other pay for the margin only (the margin covers them: in turns they waited for
+    each other instead, and drained fewer jobs, issue 29)."""
+
+    #: Long enough that a queue which needs the margin or turns looks again rarely;
+    #: each look costs a claim that has to read again.
+    RECENT_SECONDS = 10.0
 
     def __init__(self) -> None:
-        self._met_at: float | None = None
+        self._read_again_at: float | None = None
+        self._despite_margin_at: float | None = None
 
-    def met(self) -> None:
-        self._met_at = time.monotonic()
+    def read_again(self, margin: int) -> None:
+        """A claim had to read again, having read `margin` candidates beyond its size."""
+        now = time.monotonic()
+        self._read_again_at = now
+        if margin:
+            self._despite_margin_at = now
 
-    def recent(self) -> bool:
-        """Whether the claims met within TURNS_SECONDS."""
-        return self._met_at is not None and time.monotonic() - self._met_at < self.TURNS_SECONDS
+    def margin(self) -> int:
+        """How many candidates a claim reads beyond its size."""
+        return MARGIN if _within(self._read_again_at, self.RECENT_SECONDS) else 0
+
+    def turns(self) -> bool:
+        """Whether claims take turns."""
+        return _within(self._despite_margin_at, self.RECENT_SECONDS)
+
+
+def _within(at: float | None, seconds: float) -> bool:
+    return at is not None and time.monotonic() - at < seconds
 
 
 def _bound(name: str, size: int) -> list[Any]:
@@ -195,7 +214,8 @@ def claim(
     token = params["token"]
     while len(handed) < limit:
         need = limit - len(handed)
-        wanted = need + MARGIN
+        margin = contention.margin()
+        wanted = need + margin
         size = bucket(len(passed)) if passed else 0
         read = {**params, "wanted": wanted, **(listed("passed", passed, size) if size else {})}
         _, found, _ = yield RunCompiled(steps.candidates(size), read)
@@ -232,7 +252,7 @@ def claim(
         if len(found) < wanted and len(taken) < need:
             break  # every due row was seen: there is nothing more to take
         if len(handed) < limit:  # to read again: other claims took or held what it read
-            contention.met()
+            contention.read_again(margin)
     return handed
 
 

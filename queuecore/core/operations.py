@@ -181,7 +181,7 @@ class Operations(StatementSet):
             steps = self.claim_steps(queue_count, kind_count)
             contention = self.contention
             program = claim_steps.claim(steps, params, limit, contention)
-            return Tx(program, hot=True, turn=contention.recent())
+            return Tx(program, hot=True, turn=contention.turns())
         plan = self.claim_plan(limit == 1, queue_count, kind_count)
         handed: list[tuple[Any, ...]] = []
 
