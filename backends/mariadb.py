@@ -5,7 +5,8 @@ scan locks every row it walks past, so the claim goes in steps (`queuecore.core.
 there is no UPDATE … RETURNING, no ON CONFLICT DO NOTHING (a dedupe key is taken in a
 savepoint), no partial index (the claim walks the generated column `live_priority`,
 migrations/mariadb), and no write may read its own table in a subquery. There is no
-LISTEN either: idle workers and `wait()` poll. Claims take turns (`ClaimTurns`).
+LISTEN either: idle workers and `wait()` poll. Claims that keep meeting each other take
+turns (`ClaimTurns`).
 """
 
 from __future__ import annotations
@@ -70,15 +71,15 @@ _NEXT_ID = sa.text(
 
 
 class ClaimTurns:
-    """Claims of one database that meet each other's locks take turns
+    """Claims of one database that keep having to read again take turns
     (`claim_steps.Contention`): a claim holds a named lock (GET_LOCK) from before its
     transaction to after its commit.
 
-    Every claim reads the same head of the queue, and InnoDB's lock by id locks every
-    due candidate a claim read, not only those it takes; so a claim beside another found
-    the head locked and read on, round after round. Four worker processes drained 0.51x
-    to 0.57x what one did, at twice the server's CPU a job (issue 29); in turns, each
-    claim reads the head the one before it left, once.
+    Every claim reads the same head of the queue; large claims side by side (a busy
+    worker's batches) found what they read held or taken by another, margin and all,
+    and read on, round after round: four worker processes drained about half of what
+    one did, at twice the server's CPU a job (issue 29). In turns, each claim reads the
+    head the one before it left, once.
 
     The turn is a courtesy, not a rule: the claim's own row locks keep R05 and R06. A
     claim that waited `wait_seconds` for it (its holder stopped while holding it, or
@@ -109,7 +110,7 @@ class ClaimTurns:
 
 class MariaDBBackend(Backend):
     """Reports in autocommit, one statement each; a heartbeat is its UPDATE and the read
-    of the lease's end, in one transaction. Claims take turns (`turns`)."""
+    of the lease's end, in one transaction. Claims may take turns (`turns`)."""
 
     insert = staticmethod(mysql.insert)
     locks_rows_it_walks_past = True

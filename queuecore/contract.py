@@ -185,7 +185,8 @@ class Backend:
         depend on the rows of earlier ones (`Tx.hot`: the claim in steps): the context
         gives what runs one statement in it, commits on the way out, and rolls back on
         an error. Needed where `locks_rows_it_walks_past`. `turn` (`Tx.turn`): a claim
-        while claims meet each other's locks, which the backend may have take turns."""
+        made while claims keep having to read again, which the backend may have wait
+        for its turn."""
         raise NotImplementedError
 
 

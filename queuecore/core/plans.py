@@ -105,8 +105,9 @@ class Tx(Generic[A]):
     it on its event loop, where an `async def` effect can be awaited). `hot`: it asks
     only `RunCompiled`, so the queue may run it in a transaction on the hot path's own
     driver connection (the claim in steps, where a claim cannot be one statement).
-    `turn`: it is a claim made while claims meet each other's locks, which waits for
-    its turn first where the backend has turns (`Backend.transaction_on_driver`)."""
+    `turn`: it is a claim made while claims keep having to read again
+    (`claim_steps.Contention`), which waits for its turn first where the backend has
+    turns (`Backend.transaction_on_driver`)."""
 
     body: Program[A]
     write: bool = True
