@@ -33,12 +33,11 @@ from sqlalchemy import (
     Double,
     Integer,
     bindparam,
-    column,
     literal_column,
     null,
     select,
+    union_all,
     update,
-    values,
 )
 from sqlalchemy.sql import ClauseElement
 
@@ -164,11 +163,15 @@ class ClaimSteps:
         return stmt.order_by(*self._walk.order).limit(bindparam("wanted"))
 
     def _lock(self, ids: int) -> ClauseElement:
-        listed = (
-            values(column("pos", Integer), column("id", BigInteger), name="candidates")
-            .data([(literal_column(str(i)), bound) for i, bound in enumerate(_bound("id", ids))])
-            .cte("candidates")
-        )
+        # One SELECT a candidate, joined by UNION ALL: `VALUES` would be shorter, but
+        # MariaDB needs it as a CTE with its columns named, which SQLAlchemy 2.0.30 (the
+        # lowest this project allows) cannot make of a `values()`.
+        listed = union_all(
+            *(
+                select(literal_column(str(i), Integer).label("pos"), bound.label("id"))
+                for i, bound in enumerate(_bound("id", ids))
+            )
+        ).cte("candidates")
         lock = (
             select(*JOB_COLUMNS, jobs.c.state, self._now.label("now"))
             .select_from(listed)
