@@ -163,9 +163,10 @@ class ClaimSteps:
         return stmt.order_by(*self._walk.order).limit(bindparam("wanted"))
 
     def _lock(self, ids: int) -> ClauseElement:
-        # One SELECT a candidate, joined by UNION ALL: `VALUES` would be shorter, but
-        # MariaDB needs it as a CTE with its columns named, which SQLAlchemy 2.0.30 (the
-        # lowest this project allows) cannot make of a `values()`.
+        # One SELECT a candidate, joined by UNION ALL. `VALUES` is shorter, but MariaDB
+        # needs it as a CTE with its columns named, which SQLAlchemy 2.0.30 (the lowest
+        # this project allows) cannot make of a `values()`; written as text instead, it
+        # measured no faster on the server (issue 29, benchmarks/README.md).
         listed = union_all(
             *(
                 select(literal_column(str(i), Integer).label("pos"), bound.label("id"))
