@@ -90,6 +90,7 @@ class Holdings:
         #: that makes room for its next claim, not once per job (each wake cost the
         #: claimer's thread a look at every lease while the slots needed the GIL).
         self._room_wanted: tuple[int, int, int] | None = None
+        self._ring: Callable[[], None] | None = None  # see `ring_when_waiting`
 
     def hand_out(self, jobs: list[Job]) -> None:
         with self._lock:
@@ -98,6 +99,7 @@ class Holdings:
                 self._leases.add(lease)
                 self._waiting.append(lease)
             self._work.notify(len(jobs))
+            self._rung()
 
     def next_waiting(self) -> Lease | None:
         """The next claimed job for a free slot; None once stopping."""
@@ -226,6 +228,7 @@ class Holdings:
                 return
             self._waiting.extendleft(reversed(leases))
             self._work.notify(len(leases))
+            self._rung()
 
     def left_over(self) -> list[Lease]:
         """Jobs a slot took back from a failed check while stopping: the worker releases
@@ -259,6 +262,7 @@ class Holdings:
                 lease.handed = 0.0
             self._waiting.extendleft(reversed(leases))
             self._work.notify(len(leases))
+            self._rung()
         self.wake.set()
         return True
 
@@ -275,7 +279,25 @@ class Holdings:
             unstarted = list(self._waiting)
             self._waiting.clear()
             self._work.notify_all()
+            self._rung()
         return unstarted
+
+    def ring_when_waiting(self, ring: Callable[[], None]) -> bool:
+        """For a slot that waits on its child's socket as well (the event-loop process,
+        whose free tasks take jobs while others run): `ring` is called once, by the
+        thread that next hands out a job or stops the worker, so the slot need not poll
+        for either. False when a job waits already, or stopping: look now."""
+        with self._lock:
+            if self._waiting or self.stopping.is_set():
+                return False
+            self._ring = ring
+            return True
+
+    def _rung(self) -> None:
+        """Under the lock: a job waits, or stopping: ring the slot that asked."""
+        ring, self._ring = self._ring, None
+        if ring is not None:
+            ring()
 
     def acking(self, jobs: int = 1) -> None:
         """Held jobs' completions went to the ack window: their slots are free."""

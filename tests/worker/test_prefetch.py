@@ -98,6 +98,29 @@ def test_waiting_for_work_any_job_let_go_wakes_the_claimer():
     assert holdings.wake.is_set()
 
 
+def test_a_slot_waiting_on_its_child_is_rung_once_when_a_job_waits_or_the_worker_stops():
+    """The event-loop process's slot waits on its child's socket while a task there is
+    free: the next job claimed (or given back, or a stop) rings it once, so that job
+    goes at once instead of after the slot's next look."""
+    holdings = Holdings()
+    rings: list[str] = []
+    assert holdings.ring_when_waiting(lambda: rings.append("claimed"))
+    holdings.hand_out([_job(1)])
+    holdings.hand_out([_job(2)])
+    assert rings == ["claimed"]  # once: the slot asks again before its next wait
+    assert not holdings.ring_when_waiting(rings.append)  # jobs wait: look now instead
+    taken = holdings.take(2, wait=False)
+    assert taken is not None and len(taken) == 2
+    assert holdings.ring_when_waiting(lambda: rings.append("given back"))
+    assert holdings.hand_back(taken[1:])
+    assert rings == ["claimed", "given back"]
+    assert holdings.take(1, wait=False)
+    assert holdings.ring_when_waiting(lambda: rings.append("stopping"))
+    holdings.stop()
+    assert rings == ["claimed", "given back", "stopping"]
+    assert not holdings.ring_when_waiting(rings.append)
+
+
 def test_jobs_taken_ahead_of_a_long_handler_go_to_a_free_slot(make_queue, dsn, tmp_path):
     """A handler process takes jobs ahead of the one it runs; when that one turns out long,
     they go back to the other slots: no quick job waits behind a slow one while a slot

@@ -17,9 +17,9 @@ What is alike lives here, once:
 
 What differs is what the children differ in: how a slot learns that a handler began
 (the handler process writes the job's ticket into a word it shares with the worker; the
-loop process says so by message) and how the jobs are fed and read (one thread for a
-handler process, which runs its jobs in order; a feeder and a reader for the loop
-process, whose outcomes come back as its tasks end).
+loop process says so by message) and how the jobs are fed and read (one thread each:
+a handler process runs its jobs in order, one at a time; the loop process runs many at
+once, so its slot also waits for a job claimed while a task is free).
 """
 
 from __future__ import annotations
