@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,6 +33,17 @@ FOREVER_MS = str(3600 * 1000)  # an ack wait that never runs out: only a stop fl
 def started_file(tmp_path: Path, name: str) -> tuple[Path, dict[str, str]]:
     path = tmp_path / name
     return path, {"started": str(path)}
+
+
+def stop_cleanly(worker: subprocess.Popen[bytes], log: Path) -> None:
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=60) == 0, log.read_text()
+
+
+def assert_done_uncharged(queue: Any, job_id: int) -> None:
+    """Done on its first charged attempt, with no error: any crash beside it was not its."""
+    snap = queue.get(job_id)
+    assert (snap.state, snap.attempts, snap.last_error) == ("done", 1, None), snap
 
 
 def test_w4_sigterm_lets_running_async_handlers_finish_releases_the_rest_exits_0(
@@ -160,11 +172,33 @@ def test_w7_a_job_sent_to_the_loop_process_but_not_begun_is_not_charged_for_its_
         time.sleep(0.5)  # lets the slot send it (were it not sent, it would pass anyway)
         go.touch()
         wait_until(lambda: queue.get(innocent).state == "done", worker, log)
-        worker.send_signal(signal.SIGTERM)
-        assert worker.wait(timeout=60) == 0, log.read_text()
+        stop_cleanly(worker, log)
     assert "exited with code 3" in queue.get(crashing).last_error
-    snap = queue.get(innocent)
-    assert (snap.state, snap.attempts, snap.last_error) == ("done", 1, None), snap
+    assert_done_uncharged(queue, innocent)
+
+
+def test_w7_a_job_whose_async_handler_returned_is_not_charged_for_a_crash_before_its_outcome_went(
+    make_queue, dsn, tmp_path
+):
+    """The loop process keeps a returned job's outcome a moment, to send several in one
+    message; the next job, sent with it, kills the process at once, before it went. The
+    first job's ticket is in the memory the process shares with the worker, so it is
+    given back uncharged and runs again (W7: a job whose handler had returned is never
+    charged), while the crashing one fails."""
+    queue = make_queue(clock=None)
+    ran = tmp_path / "ran"
+    returned = queue.enqueue("async-noted", {"ran": str(ran)}, queue="async", max_attempts=1).id
+    crash = {"how": "exit"}
+    crashing = queue.enqueue("async-crash", crash, queue="async", max_attempts=1).id
+    log = tmp_path / "worker.log"
+    options = ("--prefetch", "2", *LONG_LEASE, "--dsn", dsn)
+    with queuecore_process(*WORKER, *options, log=log) as worker:
+        wait_until(lambda: queue.get(returned).state == "done", worker, log)
+        stop_cleanly(worker, log)
+    assert "exited with code 3" in queue.get(crashing).last_error
+    assert_done_uncharged(queue, returned)
+    said = "1 job(s) had returned in handler process"
+    assert said in log.read_text(), log.read_text()
 
 
 def test_w3_an_async_handler_in_its_process_hears_that_its_lease_was_lost(

@@ -19,10 +19,10 @@ from queuecore.job import ClaimedJob, Job, to_datetime
 from queuecore.worker.processes.messages import (
     READ_AT_ONCE,
     Inbox,
+    JobCancelled,
     JobCompleting,
     JobReturned,
     Jobs,
-    JobsStarted,
     pickled,
     send,
     send_together,
@@ -164,10 +164,10 @@ def test_the_inbox_returns_what_a_dead_child_sent_before_saying_it_closed(pair: 
 
 
 def test_the_event_loop_process_s_frames_come_out_as_the_lists_it_sent(pair: Pair) -> None:
-    """The event-loop process sends the messages of one pass of its loop in one frame;
-    the worker reads every frame waiting in one read and each comes out whole, in order."""
+    """The event-loop process sends several outcomes in one frame; the worker reads
+    every frame waiting in one read and each comes out whole, in order."""
     child, inbox = pair
-    passes = [[JobReturned(1, None, 0.1), JobsStarted([2, 3])], [JobCompleting(2)]]
+    passes = [[JobReturned(1, None, 0.1), JobCancelled(3, 0.2)], [JobCompleting(2)]]
     for messages in passes:
         send_together(child, messages)
     assert [unwire_all(frame) for frame in inbox.frames()] == passes

@@ -15,11 +15,13 @@ What is alike lives here, once:
   failed at once, naming the exit, or the limit it was killed for; a job not begun goes
   back uncharged (R14), to the next child or, once stopping, to the queue.
 
-What differs is what the children differ in: how a slot learns that a handler began
-(the handler process writes the job's ticket into a word it shares with the worker; the
-loop process says so by message) and how the jobs are fed and read (one thread each:
-a handler process runs its jobs in order, one at a time; the loop process runs many at
-once, so its slot also waits for a job claimed while a task is free).
+What differs is what the children differ in. Both write the ticket of the job they
+began last into a word they share with the worker, and begin their jobs in the order
+sent; a handler process runs one at a time and sends each outcome at once, the loop
+process runs many at once and sends several outcomes together, noting in the shared
+memory the jobs that returned meanwhile (should it die first, those go back uncharged).
+One thread feeds and reads each; the loop process's slot also waits for a job claimed
+while a task is free.
 """
 
 from __future__ import annotations

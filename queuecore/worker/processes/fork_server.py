@@ -42,7 +42,7 @@ from queuecore.worker.processes.messages import (
     send,
 )
 from queuecore.worker.processes.shared import (
-    RUNNING,
+    SHARED_SIZE,
     remember_supervisor,
     shared_word,
     supervisor_pid,
@@ -94,8 +94,8 @@ def main(argv: list[str]) -> int:
 
 def fork_child(server: Connection, body: Callable[[Connection, int], None]) -> None:
     """Fork a handler process of either kind, which runs `body(its socket, its shared
-    word)` and never returns; send the worker the child's socket and shared word (a
-    loop process leaves its word unused). The fork server reaps the child when asked."""
+    word)` and never returns; send the worker the child's socket and shared word. The
+    fork server reaps the child when asked."""
     child_end, worker_end = socket.socketpair()
     running = shared_word()
     pid = os.fork()
@@ -119,7 +119,7 @@ def fork_child(server: Connection, body: Callable[[Connection, int], None]) -> N
 def serve_jobs(conn: Connection, running: int, serving: Callable[..., Serving]) -> None:
     """A handler process's life: its reader thread takes the worker's messages, its main
     thread runs the jobs."""
-    shared = mmap.mmap(running, RUNNING.size)
+    shared = mmap.mmap(running, SHARED_SIZE)
     os.close(running)
     child = serving(conn, shared)
     child.send(Ready())
@@ -131,8 +131,9 @@ def serve_loop(
     conn: Connection, running: int, handlers: Mapping[str, Handler], config: Any
 ) -> None:
     """The loop process's life (ADR 0011): one event loop runs every job it is sent."""
+    shared = mmap.mmap(running, SHARED_SIZE)
     os.close(running)
-    LoopServing(conn, handlers, config).run()
+    LoopServing(conn, shared, handlers, config).run()
 
 
 #: What the fork server runs: `main` of this module, not this module as __main__ (whose

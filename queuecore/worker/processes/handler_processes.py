@@ -41,7 +41,7 @@ from queuecore.errors import QueuecoreError
 from queuecore.worker.processes.fork_server import COMMAND
 from queuecore.worker.processes.fork_server import main as fork_server_main
 from queuecore.worker.processes.messages import Exited, Fork, Forked, Ready, WaitFor, receive, send
-from queuecore.worker.processes.shared import RUNNING
+from queuecore.worker.processes.shared import SHARED_SIZE
 
 
 class HandlerProcessError(QueuecoreError):
@@ -150,7 +150,7 @@ class ForkServer:
             except (EOFError, OSError) as exc:
                 raise self._failed("stopped") from exc
         try:
-            return pid, sock, mmap.mmap(fd, RUNNING.size)
+            return pid, sock, mmap.mmap(fd, SHARED_SIZE)
         finally:
             os.close(fd)
 

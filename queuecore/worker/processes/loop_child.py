@@ -5,12 +5,18 @@ of its loop (sync handlers of the same registry on its thread pool), the others 
 here unbegun. `queuecore.worker.processes.loop_slot` is the worker's side.
 
 The worker names each job by a ticket it gave it (the same job may be held twice, by an
-old lease and a new one); the messages are `queuecore.worker.processes.messages`'s, and
-this process sends them in lists, the outcomes of one pass of its loop together. It
-says `JobsStarted` before those handlers run, so a crash charges only the jobs that had
-begun (W7). Only an `async def` handler's task is cancelled (`Cancel`, for its time limit
-or cancel grace, W8, W9): a sync handler's thread cannot be, and the worker kills this
-process when the job has not ended shortly after.
+old lease and a new one); the messages are `queuecore.worker.processes.messages`'s. The
+jobs begin in the order they were sent, so, before their handlers run, this process
+writes the ticket of the last one begun into the word of memory it shares with the
+worker (RUNNING), as a handler process does: once it died, the jobs out up to that
+ticket are the ones it took with it, the others go back uncharged (W7). So the outcomes
+need not travel at once: several go in one message, and the worker's process is woken
+once for them, not once a job; meanwhile their tickets are in the shared memory too,
+and should this process die first, those jobs go back uncharged (their handlers had
+returned). Only an `async def` handler's task is
+cancelled (`Cancel`, for its time limit or cancel grace, W8, W9): a sync handler's
+thread cannot be, and the worker kills this process when the job has not ended shortly
+after.
 
 A job whose handler returns an effect is completed here, on this process's `AsyncQueue`,
 as in a sync handler process (an effect is a closure, and cannot be sent; R10).
@@ -24,6 +30,7 @@ SIGTERM and SIGINT are ignored, as by every handler process (W4).
 from __future__ import annotations
 
 import asyncio
+import mmap
 import os
 import time
 from collections import deque
@@ -45,7 +52,6 @@ from queuecore.worker.processes.messages import (
     JobRaised,
     JobReturned,
     Jobs,
-    JobsStarted,
     JobsUnstarted,
     Lost,
     Message,
@@ -56,7 +62,13 @@ from queuecore.worker.processes.messages import (
     send,
     send_together,
 )
-from queuecore.worker.processes.shared import log
+from queuecore.worker.processes.shared import (
+    RETURNED_MOST,
+    RUNNING,
+    log,
+    note_returned,
+    outcomes_sent,
+)
 
 if TYPE_CHECKING:
     from queuecore.protocol import AsyncQueue
@@ -65,14 +77,26 @@ T = TypeVar("T")
 #: Threads for sync handlers: never more than the jobs the worker sends at once, which
 #: its slots (`--concurrency`) bound; this only caps a pool that grows on demand.
 SYNC_HANDLER_THREADS = 1024
+#: Outcomes kept for one message are sent once RETURNED_MOST wait, or as many as the
+#: jobs waiting here to begin (the worker then sends more before this process runs
+#: dry), or OUTBOX_SECONDS after the first, whichever comes first: a job's end reaches
+#: the worker no later than that.
+OUTBOX_SECONDS = 0.001
 
 
 class LoopServing:
     """The loop: up to `slots` handlers at once (the worker says how many), the jobs sent
     beyond those waiting here, unbegun, in the order they came."""
 
-    def __init__(self, conn: Connection, handlers: Mapping[str, Handler], config: Any) -> None:
+    def __init__(
+        self,
+        conn: Connection,
+        shared: mmap.mmap,
+        handlers: Mapping[str, Handler],
+        config: Any,
+    ) -> None:
         self.conn = conn
+        self.shared = shared  # RUNNING, and the jobs returned whose outcomes wait here
         self.handlers = handlers
         self.config = config
         self.max_result_bytes: int = config["max_result_bytes"]
@@ -81,10 +105,11 @@ class LoopServing:
         self.pool = ThreadPoolExecutor(SYNC_HANDLER_THREADS, thread_name_prefix="queuecore-sync")
         self.slots = 1
         self.waiting: deque[tuple[int, AsyncLease]] = deque()
-        self.running: dict[int, AsyncLease] = {}
+        self.active: dict[int, AsyncLease] = {}
         self.tasks: dict[int, asyncio.Task[None]] = {}  # by ticket, held until done
         self.cancelled: set[int] = set()  # tickets the worker asked to cancel
         self.outbox: list[Message] = []  # to the worker, several to a message
+        self.flushing: asyncio.Handle | None = None  # the outbox's next send, when set
 
     def run(self) -> None:
         send(self.conn, Ready())  # its queue is opened for the first effect, not before
@@ -106,7 +131,7 @@ class LoopServing:
             self.waiting.extend((ticket, AsyncLease(job)) for ticket, job in message.jobs)
             self.begin()
         elif isinstance(message, Lost):
-            lease = self.running.get(message.ticket)
+            lease = self.active.get(message.ticket)
             for ticket, waiting in self.waiting:
                 if ticket == message.ticket:
                     lease = waiting
@@ -122,26 +147,25 @@ class LoopServing:
             self.slots = message.tasks
 
     def begin(self) -> None:
-        """Start waiting jobs while a slot is free. The worker hears that they began
-        before any of them runs: a handler that kills this process at once is then
-        charged with it, and a job not begun is not (W7)."""
+        """Start waiting jobs while a slot is free. The last one's ticket is in the
+        shared word before any of them runs: a handler that kills this process at once
+        is then charged with it, and a job not begun is not (W7)."""
         begun: list[int] = []
-        while self.waiting and len(self.running) < self.slots:
+        while self.waiting and len(self.active) < self.slots:
             ticket, lease = self.waiting.popleft()
-            self.running[ticket] = lease
+            self.active[ticket] = lease
             begun.append(ticket)
         if not begun:
             return
-        self.outbox.append(JobsStarted(begun))
-        self.flush()
+        RUNNING.pack_into(self.shared, 0, begun[-1])
         for ticket in begun:
             # Held until done: the loop keeps only weak references to tasks.
-            self.tasks[ticket] = self.loop.create_task(self.serve(ticket, self.running[ticket]))
+            self.tasks[ticket] = self.loop.create_task(self.serve(ticket, self.active[ticket]))
 
     def cancel(self, ticket: int) -> None:
         """Stop a running `async def` handler's task (W8, W9). A sync handler runs on a
         thread nothing can stop: its task is left, and the worker kills this process."""
-        lease, task = self.running.get(ticket), self.tasks.get(ticket)
+        lease, task = self.active.get(ticket), self.tasks.get(ticket)
         if lease is None or task is None:
             return  # it ended meanwhile: its outcome is on its way
         handler = self.handlers.get(lease.job.kind)
@@ -150,17 +174,32 @@ class LoopServing:
             lease.mark_lost()
             task.cancel()
 
-    def tell(self, message: Message) -> None:
-        """To the worker with the next flush: the outcomes of one pass of the loop share
-        a message."""
-        if not self.outbox:
-            self.loop.call_soon(self.flush)
+    def tell(self, ticket: int, message: Message) -> None:
+        """A job's outcome, to the worker with others in one message: sent after this
+        pass of the loop once enough wait, else OUTBOX_SECONDS later. Until then its
+        ticket is in the shared memory, so that, should this process die meanwhile, the
+        job is given back uncharged, not failed with it: its handler had returned (W7)."""
+        if len(self.outbox) == RETURNED_MOST:
+            self.flush()
+        note_returned(self.shared, len(self.outbox), ticket)
         self.outbox.append(message)
+        if len(self.outbox) >= min(RETURNED_MOST, len(self.waiting) + 1):
+            if self.flushing is None or isinstance(self.flushing, asyncio.TimerHandle):
+                if self.flushing is not None:
+                    self.flushing.cancel()
+                self.flushing = self.loop.call_soon(self.flush)
+        elif self.flushing is None:
+            self.flushing = self.loop.call_later(OUTBOX_SECONDS, self.flush)
 
     def flush(self) -> None:
+        """Send what the outbox holds now."""
+        if self.flushing is not None:
+            self.flushing.cancel()
+            self.flushing = None
         if self.outbox:
             messages, self.outbox = self.outbox, []
             send_together(self.conn, messages)
+            outcomes_sent(self.shared)
 
     async def serve(self, ticket: int, lease: AsyncLease) -> None:
         started = time.monotonic()
@@ -174,15 +213,16 @@ class LoopServing:
                     raise
                 outcome = None
             if ticket in self.cancelled or outcome is None:  # even if it swallowed the cancel
-                self.tell(JobCancelled(ticket, time.monotonic() - started))
+                self.outbox.append(JobCancelled(ticket, time.monotonic() - started))
+                self.flush()  # at once: the job is failed for its limit, even should this die
             elif isinstance(outcome, Raised):
-                self.tell(raised(ticket, outcome, started))
+                self.tell(ticket, raised(ticket, outcome, started))
             elif outcome.effect is None:  # the result (a JSON value) travels back
-                self.tell(JobReturned(ticket, outcome.result, time.monotonic() - started))
+                self.tell(ticket, JobReturned(ticket, outcome.result, time.monotonic() - started))
             else:
                 await self.complete(ticket, lease.job, outcome, started)
         finally:
-            del self.running[ticket]
+            del self.active[ticket]
             self.tasks.pop(ticket, None)
             self.cancelled.discard(ticket)
             self.begin()
@@ -196,9 +236,9 @@ class LoopServing:
             queue = await self.connect()
             done = await until_reachable(lambda: queue.complete(job, effect=effect, result=result))
         except Exception as exc:  # the effect raised (rolled back), or the database did
-            self.tell(raised(ticket, Raised.from_exception(exc), started))
+            self.tell(ticket, raised(ticket, Raised.from_exception(exc), started))
         else:
-            self.tell(JobCompleted(ticket, done, time.monotonic() - started))
+            self.tell(ticket, JobCompleted(ticket, done, time.monotonic() - started))
 
     async def open_queue(self) -> AsyncQueue:
         from queuecore.connect import connect_async

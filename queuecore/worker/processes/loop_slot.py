@@ -11,16 +11,19 @@ worker (ADR 0008), and it takes the process's outcomes as they come. While it wa
 the socket with a task free, the worker's holdings ring it (a pipe it polls with the
 socket) when the next job is claimed, so that job goes at once. Reports that may wait on
 the database go through threads of their own, so an outage holds up neither the
-process's other messages nor its death. The process says which jobs its tasks began
-(`JobsStarted`): when it dies, those are the jobs it took with it (W7), and the rest go
-back uncharged. A task past its time limit or cancel grace (W8, W9) is cancelled first
-(`Cancel`), and its process killed `CANCEL_WAIT` later if it has not ended (it swallows
-the cancel, or it is a sync handler on a thread, which nothing can cancel).
+process's other messages nor its death. The process begins its jobs in the order they
+were sent, and writes the ticket of the last one begun into the word it shares with
+the worker before their handlers run: when it dies, the jobs out up to that ticket are
+the ones it took with it (W7), and the rest go back uncharged. A task past its time
+limit or cancel grace (W8, W9) is cancelled first (`Cancel`), and its process killed
+`CANCEL_WAIT` later if it has not ended (it swallows the cancel, or it is a sync handler
+on a thread, which nothing can cancel).
 """
 
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import select
 import time
@@ -31,6 +34,7 @@ from typing import Any
 
 from queuecore.executors.hotpath import connect_per_call
 from queuecore.handling import Lease, Outcome, Raised
+from queuecore.job import Job
 from queuecore.observe.observer import WorkerObserver
 from queuecore.observe.worklog import log
 from queuecore.worker.holdings import Holdings
@@ -41,7 +45,6 @@ from queuecore.worker.processes.messages import (
     Inbox,
     JobCancelled,
     JobCompleting,
-    JobsStarted,
     JobsUnstarted,
     Lost,
     Message,
@@ -51,6 +54,7 @@ from queuecore.worker.processes.messages import (
     send,
     unwire_all,
 )
+from queuecore.worker.processes.shared import RUNNING, returned_unsent
 from queuecore.worker.processes.slot_rules import (
     COMMITTING_EFFECT,
     WATCH_SLICE,
@@ -68,8 +72,10 @@ STOP_CHECK = 0.05
 class LoopChild(Child):
     """The loop process, with the jobs sent to it, by ticket."""
 
-    out: dict[int, Sent] = field(default_factory=dict)
+    out: dict[int, Sent] = field(default_factory=dict)  # in the order sent and begun
     inbox: Inbox | None = None  # its messages, read from its socket
+    running: mmap.mmap | None = None  # RUNNING: the ticket of the job it began last
+    seen: int = 0  # the last ticket the slot saw begun there
 
 
 class Doorbell:
@@ -124,8 +130,7 @@ class LoopProcess(ChildSlot[LoopChild]):
 
     def _start(self) -> None:
         pid, conn, running = self.server.fork_running()
-        running.close()  # a handler process's word: the loop process reports by message
-        child = LoopChild(pid, conn, inbox=Inbox(conn.fileno()))
+        child = LoopChild(pid, conn, inbox=Inbox(conn.fileno()), running=running)
         send(child.conn, Slots(self.slots))
         assert self._bell is not None
         self._poller = select.poll()
@@ -138,6 +143,8 @@ class LoopProcess(ChildSlot[LoopChild]):
         child, self._child = self._child, None
         if child is not None:
             child.conn.close()
+            if child.running is not None:
+                child.running.close()
             with contextlib.suppress(HandlerProcessError):
                 self.server.wait(child.pid)
 
@@ -161,6 +168,7 @@ class LoopProcess(ChildSlot[LoopChild]):
                 self._stop_due_now(child)
                 if self._wait(child, holdings):
                     self._read(child)
+                self._note_begun(child)
         except (EOFError, OSError):
             pass
         self._died(child)
@@ -182,10 +190,14 @@ class LoopProcess(ChildSlot[LoopChild]):
         else:
             return True
         if leases:
-            jobs = []
+            free = self.slots - len(child.out)  # tasks there that begin these at once
+            jobs: list[tuple[int, Job]] = []
             for lease in leases:
                 ticket = next(child.tickets)
-                child.out[ticket] = Sent(ticket, lease, clock=self.limits.clock(lease.job.kind))
+                clock = self.limits.clock(lease.job.kind)
+                sent = child.out[ticket] = Sent(ticket, lease, clock=clock)
+                if len(jobs) < free:  # as the slot sees it: the word says for sure
+                    self._begin(sent)
                 jobs.append((ticket, lease.job))
             # Out before sent: if the process died meanwhile, the send fails and these
             # jobs are given back with the rest.
@@ -204,7 +216,7 @@ class LoopProcess(ChildSlot[LoopChild]):
             self._bell.heard()
         return any(fd == child.conn.fileno() for fd, _ in woken)
 
-    def _send_jobs(self, child: LoopChild, jobs: list[tuple[int, Any]]) -> None:
+    def _send_jobs(self, child: LoopChild, jobs: list[tuple[int, Job]]) -> None:
         """The jobs in one message, or one by one where that cannot be pickled (W10); a
         job that cannot go at all fails alone, naming why."""
 
@@ -250,15 +262,6 @@ class LoopProcess(ChildSlot[LoopChild]):
     ) -> None:
         assert self._roles is not None
         roles = self._roles
-        if isinstance(message, JobsStarted):
-            now = time.monotonic()
-            for ticket in message.tickets:
-                sent = child.out.get(ticket)
-                if sent is not None:
-                    sent.begun = now
-                    sent.lease.began = True
-                    roles.observer.handler_started(sent.lease.job)
-            return
         if isinstance(message, JobsUnstarted):  # on a Stop: the jobs it had not begun
             for ticket in message.tickets:
                 self._report(roles.reporter.release, child.out.pop(ticket).lease)
@@ -278,6 +281,8 @@ class LoopProcess(ChildSlot[LoopChild]):
             return
         ticket, outcome, seconds = job_ended(message)
         sent = child.out.pop(ticket)
+        if sent.begun is None:  # it began and ended since the slot last looked
+            self._begin(sent)
         roles.holdings.ran(seconds)
         roles.observer.handler_ended(sent.lease.job, seconds)
         since = sent.begun if sent.begun is not None else time.monotonic() - seconds
@@ -285,6 +290,42 @@ class LoopProcess(ChildSlot[LoopChild]):
             ended.append((sent.lease, outcome, since))
         else:
             self._report(roles.reporter.report, sent.lease, outcome, since)
+
+    def _given_back_returned(self, child: LoopChild, unsent: list[Sent]) -> None:
+        """Jobs whose handlers had returned in the process that died, their outcomes not
+        sent: given back uncharged, to run again (W7)."""
+        assert self._roles is not None
+        now = time.monotonic()
+        for sent in unsent:
+            if sent.begun is not None:  # the observer was told it started
+                self._roles.observer.handler_ended(sent.lease.job, now - sent.begun)
+        if self._give_back([sent.lease for sent in unsent]):
+            log.info(
+                "%d job(s) had returned in handler process %d, their outcomes not sent: "
+                "given back, uncharged",
+                len(unsent),
+                child.pid,
+            )
+
+    def _note_begun(self, child: LoopChild) -> None:
+        """The jobs the process began since the slot last looked (the shared word): their
+        time limits run from now, as the slot sees it."""
+        assert child.running is not None
+        (last,) = RUNNING.unpack_from(child.running)
+        if last == child.seen:
+            return
+        child.seen = last
+        for sent in child.out.values():
+            if sent.ticket > last:
+                break
+            if sent.begun is None:
+                self._begin(sent)
+
+    def _begin(self, sent: Sent) -> None:
+        assert self._roles is not None
+        sent.begun = time.monotonic()
+        sent.lease.began = True
+        self._roles.observer.handler_started(sent.lease.job)
 
     def _stop_due_now(self, child: LoopChild) -> None:
         """Looked at every `STOP_CHECK` seconds, not at every message: the slot looks up
@@ -302,10 +343,20 @@ class LoopProcess(ChildSlot[LoopChild]):
                 send(child.conn, Lost(sent.ticket))
 
     def _died(self, child: LoopChild) -> None:
-        """Every message it sent was read: the jobs whose tasks it said began are the
-        ones it took with it; any other never started."""
+        """Every message it sent was read: the jobs out up to the ticket it wrote last
+        into the shared word are the ones it took with it, but for those it noted there
+        as returned, their outcomes not sent; those and the jobs it never began go back
+        uncharged (W7)."""
         self._child = None
         child.conn.close()
-        ended = list(child.out.values())
+        assert child.running is not None
+        (last,) = RUNNING.unpack_from(child.running)
+        returned = returned_unsent(child.running)
+        child.running.close()
+        child.running = None
+        ended = [sent for sent in child.out.values() if sent.ticket not in returned]
+        unsent = [sent for sent in child.out.values() if sent.ticket in returned]
         child.out.clear()
-        self._buried(child, ended, lambda sent: sent.begun is not None)
+        if unsent and not self._abandoned:
+            self._given_back_returned(child, unsent)
+        self._buried(child, ended, lambda sent: sent.ticket <= last)

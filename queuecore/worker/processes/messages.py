@@ -12,11 +12,12 @@ for a task past its time limit or cancel grace (W8, W9). Closing its socket ends
 
 From a child, per job: `JobReturned(ticket, result, seconds)` or `JobRaised(ticket,
 error, retry_in, permanent, seconds)`, or `JobCompleting(ticket)` then `JobCompleted(ticket,
-done, seconds)` (or `JobRaised`) for a handler whose effect it commits itself; from the loop
-process also `JobsStarted(tickets)` as tasks begin and `JobCancelled(ticket, seconds)` once a
-task it was asked to cancel ended. `seconds` is how long the handler (and its effect)
-ran. A handler process runs its jobs one at a time, in the order sent, so its outcomes
-come back in that order; the loop process's come back as its tasks end.
+done, seconds)` (or `JobRaised`) for a handler whose effect it commits itself; from the
+loop process also `JobCancelled(ticket, seconds)` once a task it was asked to cancel
+ended. `seconds` is how long the handler (and its effect) ran. A handler process runs
+its jobs one at a time, in the order sent, so its outcomes come back in that order; the
+loop process's come back as its tasks end, several to a message. Which jobs a child
+began is not a message: it writes that into the memory it shares with the worker.
 
 Each is a named tuple, built and read by name; on the socket it travels as a plain tuple
 of its kind's number and its fields (`wire`, `unwire`): pickling a named tuple costs
@@ -84,10 +85,6 @@ class JobsUnstarted(NamedTuple):
     tickets: list[int]
 
 
-class JobsStarted(NamedTuple):
-    tickets: list[int]
-
-
 class JobReturned(NamedTuple):
     ticket: int
     result: Any
@@ -132,7 +129,6 @@ Message = (
     | Slots
     | Cancel
     | JobsUnstarted
-    | JobsStarted
     | JobMessage
 )
 
@@ -148,7 +144,6 @@ _KINDS: tuple[Any, ...] = (
     Slots,
     Cancel,
     JobsUnstarted,
-    JobsStarted,
     JobReturned,
     JobRaised,
     JobCompleting,
