@@ -293,6 +293,12 @@ class Holdings:
             self._ring = ring
             return True
 
+    def stop_ringing(self) -> None:
+        """The slot that asked to be rung stops waiting for good: once this returns, its
+        `ring` is not called, and the slot may close what it rings."""
+        with self._lock:
+            self._ring = None
+
     def _rung(self) -> None:
         """Under the lock: a job waits, or stopping: ring the slot that asked."""
         ring, self._ring = self._ring, None

@@ -121,6 +121,19 @@ def test_a_slot_waiting_on_its_child_is_rung_once_when_a_job_waits_or_the_worker
     assert not holdings.ring_when_waiting(rings.append)
 
 
+def test_a_slot_that_stopped_ringing_is_not_rung_after_it_closed_its_bell():
+    """A slot that ends (a report failed and set `stopping` alone, say) closes the pipe
+    it was rung through: a ring left armed must not write to that file descriptor,
+    which the process may have given to another file by then."""
+    holdings = Holdings()
+    rings: list[str] = []
+    assert holdings.ring_when_waiting(lambda: rings.append("claimed"))
+    holdings.stop_ringing()
+    holdings.hand_out([_job(1)])
+    holdings.stop()
+    assert rings == []
+
+
 def test_jobs_taken_ahead_of_a_long_handler_go_to_a_free_slot(make_queue, dsn, tmp_path):
     """A handler process takes jobs ahead of the one it runs; when that one turns out long,
     they go back to the other slots: no quick job waits behind a slow one while a slot

@@ -126,6 +126,7 @@ class LoopProcess(ChildSlot[LoopChild]):
             super().serve(holdings, reporter, observer)
         finally:
             self._reports.shutdown(wait=True)  # every outcome reported before the worker's exit
+            holdings.stop_ringing()
             self._bell.close()
 
     def _start(self) -> None:
