@@ -196,13 +196,15 @@ class LoopProcess(ChildSlot[LoopChild]):
             for lease in leases:
                 ticket = next(child.tickets)
                 clock = self.limits.clock(lease.job.kind)
-                sent = child.out[ticket] = Sent(ticket, lease, clock=clock)
-                if len(jobs) < free:  # as the slot sees it: the word says for sure
-                    self._begin(sent)
+                child.out[ticket] = Sent(ticket, lease, clock=clock)
                 jobs.append((ticket, lease.job))
             # Out before sent: if the process died meanwhile, the send fails and these
             # jobs are given back with the rest.
             self._send_jobs(child, jobs)
+            for ticket, _ in jobs[: max(0, free)]:  # as the slot sees it: the word says for sure
+                sent = child.out.get(ticket)  # not one that could not be sent (W10)
+                if sent is not None:
+                    self._begin(sent)
         return True
 
     def _wait(self, child: LoopChild, holdings: Holdings) -> bool:
