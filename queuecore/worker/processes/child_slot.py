@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import mmap
 import os
 import select
 import signal
@@ -43,7 +44,9 @@ from queuecore.handling import Crashed, Lease, Outcome, Raised
 from queuecore.observe.observer import WorkerObserver
 from queuecore.observe.worklog import log
 from queuecore.worker.holdings import Holdings
-from queuecore.worker.processes.handler_processes import ForkServer
+from queuecore.worker.processes.handler_processes import ForkServer, HandlerProcessError
+from queuecore.worker.processes.messages import Inbox
+from queuecore.worker.processes.shared import RUNNING, returned_unsent
 from queuecore.worker.processes.slot_rules import RUNNING_HANDLER, abandon_child, died_while
 from queuecore.worker.reporter import Reporter
 from queuecore.worker.time_limits import NO_LIMITS, StopClock, TimeLimits
@@ -70,6 +73,8 @@ class Child:
     conn: Connection
     tickets: Iterator[int] = field(default_factory=lambda: itertools.count(1))
     killed: Sent | None = None  # the job it was killed to stop (W8, W9)
+    running: mmap.mmap | None = None  # RUNNING: the ticket of the job it began last
+    inbox: Inbox | None = None  # its messages, read from its socket
     _poller: Any = None  # select.poll() on its socket, made at the first wait
 
     def readable(self, timeout: float) -> bool:
@@ -100,8 +105,8 @@ class ChildSlot(ABC, Generic[ChildT]):
     """A child process serving `slots` of a worker's slots, forked again after it died.
 
     A kind of child says how to start one (`_start`), how to run jobs through it until
-    stopping or its death (`_run`), how to close it (`_close`) and, where it can, how to
-    ask one of its handlers to stop (`_ask_to_stop`)."""
+    stopping or its death (`_run`) and, where it can, how to ask one of its handlers to
+    stop (`_ask_to_stop`)."""
 
     slots: int = 1
     #: How long a handler asked to stop (W8, W9) has to end before its process is
@@ -164,9 +169,28 @@ class ChildSlot(ABC, Generic[ChildT]):
         """Jobs through the child: False once stopping, True when it died (every job it
         held reported or given back; the caller starts another)."""
 
-    @abstractmethod
     def _close(self) -> None:
-        """Stop the child, if it runs."""
+        """Stop the child, if it runs: it exits when its socket closes."""
+        child, self._child = self._child, None
+        if child is not None:
+            child.conn.close()
+            if child.running is not None:
+                child.running.close()
+            with contextlib.suppress(HandlerProcessError):
+                self.server.wait(child.pid)
+
+    def _ended(self, child: ChildT) -> tuple[int, set[int]]:
+        """The child died, every message it sent read: let go of its socket and shared
+        memory, and say what that memory held: the ticket of the job it began last, and
+        those of the jobs it noted as returned whose outcomes it had not sent (W7)."""
+        self._child = None
+        child.conn.close()
+        assert child.running is not None
+        (last,) = RUNNING.unpack_from(child.running)
+        returned = returned_unsent(child.running)
+        child.running.close()
+        child.running = None
+        return last, returned
 
     def _ask_to_stop(self, child: ChildT, sent: Sent) -> None:
         """Ask the child to stop this job's handler (nothing to do where it cannot be

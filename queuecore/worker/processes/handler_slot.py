@@ -17,17 +17,13 @@ asked to stop: one past its time limit or cancel grace (W8, W9) has its process 
 
 from __future__ import annotations
 
-import contextlib
-import mmap
 import time
 from collections import deque
-from dataclasses import dataclass
 
 from queuecore.handling import Lease, Outcome, Raised
 from queuecore.observe.observer import WorkerObserver
 from queuecore.worker.holdings import Holdings
 from queuecore.worker.processes.child_slot import Child, ChildSlot, Sent
-from queuecore.worker.processes.handler_processes import HandlerProcessError
 from queuecore.worker.processes.messages import (
     Inbox,
     JobCompleting,
@@ -38,7 +34,6 @@ from queuecore.worker.processes.messages import (
     job_ended,
     send,
 )
-from queuecore.worker.processes.shared import RUNNING
 from queuecore.worker.processes.slot_rules import (
     COMMITTING_EFFECT,
     WATCH_SLICE,
@@ -62,32 +57,14 @@ def running_long(oldest: Sent, holdings: Holdings) -> bool:
     return time.monotonic() - oldest.begun > max(LONG_SECONDS, LONG_FACTOR * mean)
 
 
-@dataclass(eq=False, slots=True)
-class HandlerChild(Child):
-    """A handler process, with the word it writes the ticket of each job it starts into."""
-
-    running: mmap.mmap | None = None  # RUNNING: the ticket of the job it started last
-    inbox: Inbox | None = None  # its messages, read from its socket
-
-
-class HandlerProcess(ChildSlot[HandlerChild]):
+class HandlerProcess(ChildSlot[Child]):
     """One slot's handler process, forked again after it died."""
 
     def _start(self) -> None:
         """Fork a handler process and wait until it runs, so no claimed job waits for that."""
         pid, conn, running = self.server.fork_running()
-        child = HandlerChild(pid, conn, running=running, inbox=Inbox(conn.fileno()))
+        child = Child(pid, conn, running=running, inbox=Inbox(conn.fileno()))
         self._child = child
-
-    def _close(self) -> None:
-        """Stop the handler process: it exits when its socket closes."""
-        child, self._child = self._child, None
-        if child is not None:
-            child.conn.close()
-            if child.running is not None:
-                child.running.close()
-            with contextlib.suppress(HandlerProcessError):
-                self.server.wait(child.pid)
 
     def _run(self, holdings: Holdings) -> bool:
         """Until stopped (False) or the handler process died (True, every job it held
@@ -156,7 +133,7 @@ class HandlerProcess(ChildSlot[HandlerChild]):
     def _sent(self, ticket: int, lease: Lease) -> Sent:
         return Sent(ticket, lease, clock=self.limits.clock(lease.job.kind))
 
-    def _send_jobs(self, child: HandlerChild, sent: list[Sent], out: deque[Sent]) -> None:
+    def _send_jobs(self, child: Child, sent: list[Sent], out: deque[Sent]) -> None:
         """The jobs in one message, or one by one where that cannot be pickled (W10);
         a job that cannot go at all fails alone, naming why."""
         by_ticket = {s.ticket: s for s in sent}
@@ -211,13 +188,8 @@ class HandlerProcess(ChildSlot[HandlerChild]):
         holdings.ran(seconds)
         ended.append((sent.lease, outcome, time.monotonic() - seconds))
 
-    def _died(self, child: HandlerChild, out: deque[Sent]) -> None:
+    def _died(self, child: Child, out: deque[Sent]) -> None:
         """Every message it sent was read: the oldest job out is the one it ran, if its
         ticket is the last it wrote into the shared word; any other never started."""
-        self._child = None
-        child.conn.close()
-        assert child.running is not None
-        (running,) = RUNNING.unpack_from(child.running)
-        child.running.close()
-        child.running = None
+        running, _ = self._ended(child)  # a handler process sends each outcome at once
         self._buried(child, list(out), lambda sent: sent.ticket == running)

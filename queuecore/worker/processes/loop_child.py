@@ -183,13 +183,15 @@ class LoopServing:
             self.flush()
         note_returned(self.shared, len(self.outbox), ticket)
         self.outbox.append(message)
-        if len(self.outbox) >= min(RETURNED_MOST, len(self.waiting) + 1):
-            if self.flushing is None or isinstance(self.flushing, asyncio.TimerHandle):
-                if self.flushing is not None:
-                    self.flushing.cancel()
+        soon = len(self.outbox) >= min(RETURNED_MOST, len(self.waiting) + 1)
+        if soon and isinstance(self.flushing, asyncio.TimerHandle):
+            self.flushing.cancel()  # sent after this pass instead
+            self.flushing = None
+        if self.flushing is None:
+            if soon:
                 self.flushing = self.loop.call_soon(self.flush)
-        elif self.flushing is None:
-            self.flushing = self.loop.call_later(OUTBOX_SECONDS, self.flush)
+            else:
+                self.flushing = self.loop.call_later(OUTBOX_SECONDS, self.flush)
 
     def flush(self) -> None:
         """Send what the outbox holds now."""

@@ -23,7 +23,6 @@ on a thread, which nothing can cancel).
 from __future__ import annotations
 
 import contextlib
-import mmap
 import os
 import select
 import time
@@ -39,7 +38,7 @@ from queuecore.observe.observer import WorkerObserver
 from queuecore.observe.worklog import log
 from queuecore.worker.holdings import Holdings
 from queuecore.worker.processes.child_slot import Child, ChildSlot, Sent
-from queuecore.worker.processes.handler_processes import ForkServer, HandlerProcessError
+from queuecore.worker.processes.handler_processes import ForkServer
 from queuecore.worker.processes.messages import (
     Cancel,
     Inbox,
@@ -54,7 +53,7 @@ from queuecore.worker.processes.messages import (
     send,
     unwire_all,
 )
-from queuecore.worker.processes.shared import RUNNING, returned_unsent
+from queuecore.worker.processes.shared import RUNNING
 from queuecore.worker.processes.slot_rules import (
     COMMITTING_EFFECT,
     WATCH_SLICE,
@@ -73,8 +72,6 @@ class LoopChild(Child):
     """The loop process, with the jobs sent to it, by ticket."""
 
     out: dict[int, Sent] = field(default_factory=dict)  # in the order sent and begun
-    inbox: Inbox | None = None  # its messages, read from its socket
-    running: mmap.mmap | None = None  # RUNNING: the ticket of the job it began last
     seen: int = 0  # the last ticket the slot saw begun there
 
 
@@ -138,16 +135,6 @@ class LoopProcess(ChildSlot[LoopChild]):
         self._poller.register(conn.fileno(), select.POLLIN)
         self._poller.register(self._bell.read_end, select.POLLIN)
         self._child = child
-
-    def _close(self) -> None:
-        """Stop the process: it exits when its socket closes."""
-        child, self._child = self._child, None
-        if child is not None:
-            child.conn.close()
-            if child.running is not None:
-                child.running.close()
-            with contextlib.suppress(HandlerProcessError):
-                self.server.wait(child.pid)
 
     def _run(self, holdings: Holdings) -> bool:
         """Until stopped (False) or the process died (True, every job it held reported
@@ -350,13 +337,7 @@ class LoopProcess(ChildSlot[LoopChild]):
         into the shared word are the ones it took with it, but for those it noted there
         as returned, their outcomes not sent; those and the jobs it never began go back
         uncharged (W7)."""
-        self._child = None
-        child.conn.close()
-        assert child.running is not None
-        (last,) = RUNNING.unpack_from(child.running)
-        returned = returned_unsent(child.running)
-        child.running.close()
-        child.running = None
+        last, returned = self._ended(child)
         ended = [sent for sent in child.out.values() if sent.ticket not in returned]
         unsent = [sent for sent in child.out.values() if sent.ticket in returned]
         child.out.clear()
