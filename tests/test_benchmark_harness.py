@@ -109,6 +109,27 @@ def test_sqlite_worker_processes_drain_every_job_once(tmp_path: Path, implementa
     assert run.exactly_once and run.seconds > 0 and run.start_s > 0
 
 
+def test_the_drains_end_is_found_by_the_live_jobs_index_not_a_scan_of_done_ones(
+    tmp_path: Path,
+):
+    """The harness asks every POLL_S whether a job is left; a scan past the jobs already
+    done took a third of a core from the SQLite worker it measured (issue 29). From about
+    a thousand jobs on, SQLite's planner preferred that scan to the index."""
+    target = Databases(tmp_path, None).prepare(QUEUECORE, "sqlite", "NORMAL", 1000)
+    remaining = worker_e2e.Remaining(worker_e2e.WORKER, target)
+    conn = sqlite3.connect(target.location, isolation_level=None)
+    try:
+        conn.execute("UPDATE queuecore_jobs SET state = 'done', finished_at = 1 WHERE id < 900")
+        plan = " ".join(str(row[3]) for row in conn.execute(f"EXPLAIN QUERY PLAN {remaining.sql}"))
+        assert "USING INDEX ix_queuecore_jobs_ready" in plan, plan
+        assert remaining() == 1
+        conn.execute("UPDATE queuecore_jobs SET state = 'done', finished_at = 1")
+        assert remaining() == 0
+    finally:
+        conn.close()
+        remaining.close()
+
+
 @pytest.mark.parametrize("implementation", [worker_e2e.WORKER, worker_e2e.PGQUEUER_WORKER])
 def test_postgresql_worker_processes_drain_every_job_once(
     tmp_path: Path, postgres: databases.PostgresDatabases, implementation: str
