@@ -17,9 +17,9 @@ What is alike lives here, once:
 
 What differs is what the children differ in. Both write the ticket of the job they
 began last into a word they share with the worker, and begin their jobs in the order
-sent; a handler process runs one at a time and sends each outcome at once, the loop
-process runs many at once and sends several outcomes together, noting in the shared
-memory the jobs that returned meanwhile (should it die first, those go back uncharged).
+sent; a handler process runs one at a time, the loop process many at once; both send several
+outcomes together, noting in the shared memory the jobs that returned meanwhile (should
+it die first, those go back uncharged).
 One thread feeds and reads each; the loop process's slot also waits for a job claimed
 while a task is free.
 """
@@ -257,6 +257,25 @@ class ChildSlot(ABC, Generic[ChildT]):
                 since = sent.begun if sent.begun is not None else now
                 failed = self._death(child, code, sent)
                 self._report(roles.reporter.report, sent.lease, failed, since)
+
+    def _given_back_returned(self, child: ChildT, unsent: list[Sent]) -> None:
+        """Jobs whose handlers had returned in the process that died, their outcomes not
+        sent: given back uncharged, to run again (W7). Nothing, when the worker abandoned
+        it (W4): their leases run out."""
+        if self._abandoned:
+            return
+        assert self._roles is not None
+        now = time.monotonic()
+        for sent in unsent:
+            if sent.begun is not None:  # the observer was told it started
+                self._roles.observer.handler_ended(sent.lease.job, now - sent.begun)
+        if self._give_back([sent.lease for sent in unsent]):
+            log.info(
+                "%d job(s) had returned in handler process %d, their outcomes not sent: "
+                "given back, uncharged",
+                len(unsent),
+                child.pid,
+            )
 
     def _death(self, child: Child, code: int, sent: Sent) -> Outcome:
         """The failure of a job whose handler had begun in a child that died."""

@@ -11,6 +11,14 @@ main thread writes the job's number into a word of memory it shares with the wor
 the jobs after it, which never started, are given back uncharged. SIGTERM and
 SIGINT are the worker's to handle (W4): a terminal's Ctrl-C reaches the whole process
 group, and the running handler must be let finish within the grace period.
+
+The outcome of a short handler (under HOLD_SECONDS) with more jobs waiting here is held,
+to go with the next ones in one message (up to RETURNED_MOST): each message wakes the
+worker's slot on the other core, and for short jobs that wake was a job's largest cost
+(issue 29). A held outcome's ticket is noted in the shared memory until sent, so should
+this process die first, that job goes back uncharged, not failed with the crash of the
+next (W7). Nothing is held while this process waits for jobs, and the worker asks for
+what is held (`Flush`) when a long handler runs behind short ones.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from queuecore.handling import Handler, Lease, Raised, Returned
 from queuecore.job import Job
 from queuecore.protocol import Effect, Queue
 from queuecore.worker.processes.messages import (
+    Flush,
     JobCompleted,
     JobCompleting,
     JobRaised,
@@ -41,8 +50,16 @@ from queuecore.worker.processes.messages import (
     Stop,
     pickled,
     receive,
+    send_together,
 )
-from queuecore.worker.processes.shared import RUNNING, log
+from queuecore.worker.processes.shared import (
+    HOLD_SECONDS,
+    RETURNED_MOST,
+    RUNNING,
+    log,
+    note_returned,
+    outcomes_sent,
+)
 from queuecore.worker.slots import run_in_this_process
 
 T = TypeVar("T")
@@ -68,21 +85,44 @@ class Serving:
         self.queue: Queue | None = None
         self.waiting_for_database = False
         self.running = running
-        self._sending = threading.Lock()  # both threads send
+        self._sending = threading.Lock()  # both threads send; it guards `_held` too
+        self._held: list[Message] = []  # outcomes to go with the next message
         self._ready = threading.Condition()
         self._jobs: deque[tuple[int, Lease]] = deque()  # sent to this process, not started
         self._leases: dict[int, Lease] = {}  # by number, until the job's outcome is sent
 
-    def send(self, message: Message) -> None:
-        """A worker that went away (its end of the pipe closed) ends this process, as
-        `read` does: a reader thread that died of the broken pipe instead left the
-        process running, and the worker waiting for it at shutdown (seen in CI)."""
+    def send(self, message: Message | None = None) -> None:
+        """The outcomes held, then `message`, in one message. A worker that went away
+        (its end of the pipe closed) ends this process, as `read` does: a reader thread
+        that died of the broken pipe instead left the process running, and the worker
+        waiting for it at shutdown (seen in CI)."""
         with self._sending:
+            held = self._held
+            if message is not None:
+                held.append(message)
+            if not held:
+                return
             try:
-                self.conn.send_bytes(pickled(message))
+                if len(held) == 1:
+                    self.conn.send_bytes(pickled(held[0]))
+                else:
+                    send_together(self.conn, held)
             except OSError:  # BrokenPipeError, ConnectionResetError
                 tracing.flush()
                 os._exit(0)
+            self._held = []
+            outcomes_sent(self.running)
+
+    def ended(self, number: int, outcome: JobReturned | JobRaised) -> None:
+        """A job's outcome: held while more jobs wait here and its handler was short (its
+        ticket noted in the shared memory meanwhile, W7), sent otherwise."""
+        with self._sending:
+            held = len(self._held)
+            if outcome.seconds < HOLD_SECONDS and self._jobs and held < RETURNED_MOST - 1:
+                note_returned(self.running, held, number)
+                self._held.append(outcome)
+                return
+        self.send(outcome)
 
     def read(self) -> None:
         """The worker's messages, until it goes away; then this process goes too."""
@@ -109,9 +149,13 @@ class Serving:
                         del self._leases[number]
                     self._jobs.clear()
                 self.send(JobsUnstarted(unstarted))
+            elif isinstance(message, Flush):
+                self.send()
 
     def serve(self) -> None:
         while True:
+            if not self._jobs:
+                self.send()  # nothing is held while this process waits
             with self._ready:
                 while not self._jobs:
                     self._ready.wait()
@@ -122,9 +166,10 @@ class Serving:
             started = time.perf_counter()
             outcome = run_in_this_process(self.handlers, lease, self.max_result_bytes)
             if isinstance(outcome, Raised):
-                self.send_raised(number, outcome, started)
+                self.ended(number, raised(number, outcome, started))
             elif outcome.effect is None:  # the result (a JSON value) travels back
-                self.send(JobReturned(number, outcome.result, time.perf_counter() - started))
+                elapsed = time.perf_counter() - started
+                self.ended(number, JobReturned(number, outcome.result, elapsed))
             else:
                 self.complete(number, lease.job, outcome, started)
             del self._leases[number]
@@ -158,13 +203,14 @@ class Serving:
                 lambda: queue.complete(job, effect=effect, result=outcome.result)
             )
         except Exception as exc:  # the effect raised (rolled back), or the database did
-            self.send_raised(number, Raised.from_exception(exc), started)
+            self.send(raised(number, Raised.from_exception(exc), started))
         else:
             self.send(JobCompleted(number, done, time.perf_counter() - started))
 
-    def send_raised(self, number: int, raised: Raised, started: float) -> None:
-        elapsed = time.perf_counter() - started
-        self.send(JobRaised(number, raised.error, raised.retry_in, raised.permanent, elapsed))
+
+def raised(number: int, outcome: Raised, started: float) -> JobRaised:
+    elapsed = time.perf_counter() - started
+    return JobRaised(number, outcome.error, outcome.retry_in, outcome.permanent, elapsed)
 
 
 def until_reachable(report: Callable[[], T]) -> T:

@@ -11,8 +11,12 @@ each for the oldest job still out.
 
 The child writes the ticket of each job into a word it shares with the worker before
 starting it, so once it died the slot knows the one job it took with it (W7); the jobs
-sent after that one never started and go back uncharged (R14). A sync handler cannot be
-asked to stop: one past its time limit or cancel grace (W8, W9) has its process killed.
+sent after that one never started and go back uncharged (R14), and so do those whose
+short handlers had returned there, their outcomes held to go with the next ones and
+noted in the same memory. A slot that heard nothing for FLUSH_AFTER while its child
+may hold outcomes asks for them (`Flush`): a long handler running behind short ones
+holds their outcomes no longer than that. A sync handler cannot be asked to stop: one
+past its time limit or cancel grace (W8, W9) has its process killed.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from queuecore.observe.observer import WorkerObserver
 from queuecore.worker.holdings import Holdings
 from queuecore.worker.processes.child_slot import Child, ChildSlot, Sent
 from queuecore.worker.processes.messages import (
+    Flush,
     Inbox,
     JobCompleting,
     JobsUnstarted,
@@ -34,6 +39,7 @@ from queuecore.worker.processes.messages import (
     job_ended,
     send,
 )
+from queuecore.worker.processes.shared import HOLD_SECONDS
 from queuecore.worker.processes.slot_rules import (
     COMMITTING_EFFECT,
     WATCH_SLICE,
@@ -46,6 +52,9 @@ from queuecore.worker.processes.slot_rules import (
 #: ahead until it returns: a slow job never holds short ones while a slot is free.
 LONG_SECONDS = 0.25
 LONG_FACTOR = 20
+#: How long a slot waits for a message, with two jobs or more out to a child that may
+#: hold the first one's outcome, before it asks for what the child holds.
+FLUSH_AFTER = 0.005
 
 
 def running_long(oldest: Sent, holdings: Holdings) -> bool:
@@ -75,6 +84,7 @@ class HandlerProcess(ChildSlot[Child]):
         out: deque[Sent] = deque()  # sent, outcome not yet back: the oldest runs
         stopped = False  # the child was told to give back its unstarted jobs, for good
         asked_back = False  # ... or for now, a long handler running ahead of them
+        flushed = False  # the child was asked for the outcomes it holds, since it last said
         try:
             while True:
                 if stopped:
@@ -109,7 +119,13 @@ class HandlerProcess(ChildSlot[Child]):
                         s.told_lost = True
                 if out:
                     self._stop_due(child, (out[0],))
-                if child.readable(WATCH_SLICE):
+                holding = len(out) > 1 and not flushed and may_hold(holdings)
+                if not child.readable(FLUSH_AFTER if holding else WATCH_SLICE):
+                    if holding:
+                        send(child.conn, Flush())
+                        flushed = True
+                else:
+                    flushed = False
                     assert child.inbox is not None
                     ended: list[tuple[Lease, Outcome, float]] = []
                     for message in child.inbox.read():
@@ -190,6 +206,18 @@ class HandlerProcess(ChildSlot[Child]):
 
     def _died(self, child: Child, out: deque[Sent]) -> None:
         """Every message it sent was read: the oldest job out is the one it ran, if its
-        ticket is the last it wrote into the shared word; any other never started."""
-        running, _ = self._ended(child)  # a handler process sends each outcome at once
-        self._buried(child, list(out), lambda sent: sent.ticket == running)
+        ticket is the last it wrote into the shared word and it was not noted there as
+        returned, its outcome held (those go back uncharged); any other never started."""
+        running, returned = self._ended(child)
+        unsent = [sent for sent in out if sent.ticket in returned]
+        if unsent:
+            self._given_back_returned(child, unsent)
+        ended = [sent for sent in out if sent.ticket not in returned]
+        self._buried(child, ended, lambda sent: sent.ticket == running)
+
+
+def may_hold(holdings: Holdings) -> bool:
+    """Whether a handler process may be holding outcomes: its handlers are short, or
+    not known yet."""
+    mean = holdings.handler_seconds
+    return mean is None or mean < HOLD_SECONDS

@@ -281,22 +281,6 @@ class LoopProcess(ChildSlot[LoopChild]):
         else:
             self._report(roles.reporter.report, sent.lease, outcome, since)
 
-    def _given_back_returned(self, child: LoopChild, unsent: list[Sent]) -> None:
-        """Jobs whose handlers had returned in the process that died, their outcomes not
-        sent: given back uncharged, to run again (W7)."""
-        assert self._roles is not None
-        now = time.monotonic()
-        for sent in unsent:
-            if sent.begun is not None:  # the observer was told it started
-                self._roles.observer.handler_ended(sent.lease.job, now - sent.begun)
-        if self._give_back([sent.lease for sent in unsent]):
-            log.info(
-                "%d job(s) had returned in handler process %d, their outcomes not sent: "
-                "given back, uncharged",
-                len(unsent),
-                child.pid,
-            )
-
     def _note_begun(self, child: LoopChild) -> None:
         """The jobs the process began since the slot last looked (the shared word): their
         time limits run from now, as the slot sees it."""
@@ -341,6 +325,6 @@ class LoopProcess(ChildSlot[LoopChild]):
         ended = [sent for sent in child.out.values() if sent.ticket not in returned]
         unsent = [sent for sent in child.out.values() if sent.ticket in returned]
         child.out.clear()
-        if unsent and not self._abandoned:
+        if unsent:
             self._given_back_returned(child, unsent)
         self._buried(child, ended, lambda sent: sent.ticket <= last)

@@ -7,17 +7,19 @@ server, and each child once it runs, says `Ready()`.
 
 To a child: `Jobs([(ticket, Job), ...])`; `Lost(ticket)` once the worker's heartbeat
 found the job's lease lost (W3); `Stop()`, answered by `JobsUnstarted(tickets)`, the jobs it
-had not begun (W4); to the event-loop process also `Slots(n)` once, and `Cancel(ticket)`
-for a task past its time limit or cancel grace (W8, W9). Closing its socket ends it.
+had not begun (W4); to a handler process `Flush()`, for the outcomes it holds; to the
+event-loop process also `Slots(n)` once, and `Cancel(ticket)` for a task past its time
+limit or cancel grace (W8, W9). Closing its socket ends it.
 
 From a child, per job: `JobReturned(ticket, result, seconds)` or `JobRaised(ticket,
 error, retry_in, permanent, seconds)`, or `JobCompleting(ticket)` then `JobCompleted(ticket,
 done, seconds)` (or `JobRaised`) for a handler whose effect it commits itself; from the
 loop process also `JobCancelled(ticket, seconds)` once a task it was asked to cancel
 ended. `seconds` is how long the handler (and its effect) ran. A handler process runs
-its jobs one at a time, in the order sent, so its outcomes come back in that order; the
-loop process's come back as its tasks end, several to a message. Which jobs a child
-began is not a message: it writes that into the memory it shares with the worker.
+its jobs one at a time, in the order sent, so its outcomes come back in that order,
+those of short handlers several to a message; the loop process's come back as its tasks
+end, several to a message. Which jobs a child began is not a message: it writes that
+into the memory it shares with the worker.
 
 Each is a named tuple, built and read by name; on the socket it travels as a plain tuple
 of its kind's number and its fields (`wire`, `unwire`): pickling a named tuple costs
@@ -69,6 +71,11 @@ class Lost(NamedTuple):
 
 class Stop(NamedTuple):
     """Give back, at once, every job not begun (W4, or jobs held behind a long one)."""
+
+
+class Flush(NamedTuple):
+    """To a handler process: send the outcomes it holds now (a long handler runs behind
+    short ones whose outcomes it held to send together)."""
 
 
 class Slots(NamedTuple):
@@ -130,6 +137,7 @@ Message = (
     | Cancel
     | JobsUnstarted
     | JobMessage
+    | Flush
 )
 
 _KINDS: tuple[Any, ...] = (
@@ -149,6 +157,7 @@ _KINDS: tuple[Any, ...] = (
     JobCompleting,
     JobCompleted,
     JobCancelled,
+    Flush,
 )
 _NUMBER = {kind: number for number, kind in enumerate(_KINDS)}
 PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
@@ -269,7 +278,13 @@ class Inbox:
     def read(self) -> list[Message]:
         """The whole messages waiting (poll first: some bytes must be); EOFError once the
         child's end closed and every whole message it sent was returned."""
-        return [unwire(frame) for frame in self.frames()]
+        messages: list[Message] = []
+        for frame in self.frames():
+            if isinstance(frame, list):  # several outcomes sent together
+                messages += unwire_all(frame)
+            else:
+                messages.append(unwire(frame))
+        return messages
 
     def frames(self) -> list[Any]:
         """`read`, each frame as loaded: a wired message, or a list of them from

@@ -1,6 +1,6 @@
 """What the worker, its fork server and both kinds of handler process share: the words
-of memory in which a handler process says which job it runs (and the event-loop
-process which jobs returned while their outcomes wait to be sent), and the worker's pid."""
+of memory in which a handler process says which job it runs (and which jobs returned
+while their outcomes wait to be sent), and the worker's pid."""
 
 from __future__ import annotations
 
@@ -29,10 +29,14 @@ def remember_supervisor(pid: int) -> None:
 #: The shared word where a handler process writes the number of the job it starts, so
 #: its supervisor can tell, once it died, which of the jobs sent to it had started.
 RUNNING = struct.Struct("q")
-#: After it, the event-loop process's jobs that returned while their outcomes wait in
-#: its outbox: how many (up to RETURNED_MOST), then their tickets. Once it died, those
-#: are given back uncharged, not failed with it (W7): their handlers had returned.
+#: After it, the jobs that returned in a handler process while their outcomes wait
+#: there to go with the next ones: how many (up to RETURNED_MOST), then their tickets.
+#: Once it died, those are given back uncharged, not failed with it (W7): their
+#: handlers had returned.
 RETURNED_MOST = 8
+#: A sync handler that ran less than this, with more jobs waiting in its process, has
+#: its outcome held there to go with the next ones; a longer one's goes at once.
+HOLD_SECONDS = 0.001
 _COUNT = struct.Struct("q")
 _TICKET = struct.Struct("q")
 SHARED_SIZE = RUNNING.size + _COUNT.size + RETURNED_MOST * _TICKET.size
