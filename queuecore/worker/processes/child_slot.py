@@ -232,20 +232,33 @@ class ChildSlot(ABC, Generic[ChildT]):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(child.pid, signal.SIGKILL)
 
-    def _buried(self, child: ChildT, ended: list[Sent], began: Callable[[Sent], bool]) -> None:
-        """The child died with `ended` out, every message it sent read: a job whose handler
-        `began` there fails at once (W7; or with the reason it was killed, W8, W9), the
-        others go back uncharged. Nothing is reported when the worker abandoned it (W4)."""
+    def _buried(self, child: ChildT, out: list[Sent], began: Callable[[Sent, int], bool]) -> None:
+        """The child died with `out` out, every message it sent read. A job it noted in
+        the shared memory as returned, its outcome not sent, goes back uncharged to run
+        again; of the others, a job whose handler `began` there (given the ticket it
+        wrote last into the shared word) fails at once (W7; or with the reason it was
+        killed, W8, W9), the rest go back uncharged. Nothing is reported when the worker
+        abandoned it (W4): their leases run out."""
+        last, returned = self._ended(child)
         if self._abandoned:  # the worker exits: its fork server reaps the child
             return
-        code = self.server.wait(child.pid)
         assert self._roles is not None
         roles = self._roles
         now = time.monotonic()
-        for sent in ended:
+        for sent in out:
             if sent.begun is not None:  # the observer was told it started
                 roles.observer.handler_ended(sent.lease.job, now - sent.begun)
-        unstarted = [sent.lease for sent in ended if not began(sent)]
+        unsent = [sent.lease for sent in out if sent.ticket in returned]
+        if self._give_back(unsent):
+            log.info(
+                "%d job(s) had returned in handler process %d, their outcomes not sent: "
+                "given back, uncharged",
+                len(unsent),
+                child.pid,
+            )
+        ended = [sent for sent in out if sent.ticket not in returned]
+        code = self.server.wait(child.pid)
+        unstarted = [sent.lease for sent in ended if not began(sent, last)]
         if self._give_back(unstarted):
             log.info(
                 "%d job(s) sent to handler process %d had not started: given back, uncharged",
@@ -253,29 +266,10 @@ class ChildSlot(ABC, Generic[ChildT]):
                 child.pid,
             )
         for sent in ended:
-            if began(sent):
+            if began(sent, last):
                 since = sent.begun if sent.begun is not None else now
                 failed = self._death(child, code, sent)
                 self._report(roles.reporter.report, sent.lease, failed, since)
-
-    def _given_back_returned(self, child: ChildT, unsent: list[Sent]) -> None:
-        """Jobs whose handlers had returned in the process that died, their outcomes not
-        sent: given back uncharged, to run again (W7). Nothing, when the worker abandoned
-        it (W4): their leases run out."""
-        if self._abandoned:
-            return
-        assert self._roles is not None
-        now = time.monotonic()
-        for sent in unsent:
-            if sent.begun is not None:  # the observer was told it started
-                self._roles.observer.handler_ended(sent.lease.job, now - sent.begun)
-        if self._give_back([sent.lease for sent in unsent]):
-            log.info(
-                "%d job(s) had returned in handler process %d, their outcomes not sent: "
-                "given back, uncharged",
-                len(unsent),
-                child.pid,
-            )
 
     def _death(self, child: Child, code: int, sent: Sent) -> Outcome:
         """The failure of a job whose handler had begun in a child that died."""

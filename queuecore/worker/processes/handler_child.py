@@ -48,6 +48,7 @@ from queuecore.worker.processes.messages import (
     Lost,
     Message,
     Stop,
+    job_raised,
     pickled,
     receive,
     send_together,
@@ -166,7 +167,7 @@ class Serving:
             started = time.perf_counter()
             outcome = run_in_this_process(self.handlers, lease, self.max_result_bytes)
             if isinstance(outcome, Raised):
-                self.ended(number, raised(number, outcome, started))
+                self.ended(number, job_raised(number, outcome, time.perf_counter() - started))
             elif outcome.effect is None:  # the result (a JSON value) travels back
                 elapsed = time.perf_counter() - started
                 self.ended(number, JobReturned(number, outcome.result, elapsed))
@@ -203,14 +204,10 @@ class Serving:
                 lambda: queue.complete(job, effect=effect, result=outcome.result)
             )
         except Exception as exc:  # the effect raised (rolled back), or the database did
-            self.send(raised(number, Raised.from_exception(exc), started))
+            failed = Raised.from_exception(exc)
+            self.send(job_raised(number, failed, time.perf_counter() - started))
         else:
             self.send(JobCompleted(number, done, time.perf_counter() - started))
-
-
-def raised(number: int, outcome: Raised, started: float) -> JobRaised:
-    elapsed = time.perf_counter() - started
-    return JobRaised(number, outcome.error, outcome.retry_in, outcome.permanent, elapsed)
 
 
 def until_reachable(report: Callable[[], T]) -> T:

@@ -208,12 +208,7 @@ class HandlerProcess(ChildSlot[Child]):
         """Every message it sent was read: the oldest job out is the one it ran, if its
         ticket is the last it wrote into the shared word and it was not noted there as
         returned, its outcome held (those go back uncharged); any other never started."""
-        running, returned = self._ended(child)
-        unsent = [sent for sent in out if sent.ticket in returned]
-        if unsent:
-            self._given_back_returned(child, unsent)
-        ended = [sent for sent in out if sent.ticket not in returned]
-        self._buried(child, ended, lambda sent: sent.ticket == running)
+        self._buried(child, list(out), lambda sent, running: sent.ticket == running)
 
 
 def may_hold(holdings: Holdings) -> bool:

@@ -49,7 +49,6 @@ from queuecore.worker.processes.messages import (
     JobCancelled,
     JobCompleted,
     JobCompleting,
-    JobRaised,
     JobReturned,
     Jobs,
     JobsUnstarted,
@@ -58,6 +57,7 @@ from queuecore.worker.processes.messages import (
     Ready,
     Slots,
     Stop,
+    job_raised,
     receive,
     send,
     send_together,
@@ -218,7 +218,7 @@ class LoopServing:
                 self.outbox.append(JobCancelled(ticket, time.monotonic() - started))
                 self.flush()  # at once: the job is failed for its limit, even should this die
             elif isinstance(outcome, Raised):
-                self.tell(ticket, raised(ticket, outcome, started))
+                self.tell(ticket, job_raised(ticket, outcome, time.monotonic() - started))
             elif outcome.effect is None:  # the result (a JSON value) travels back
                 self.tell(ticket, JobReturned(ticket, outcome.result, time.monotonic() - started))
             else:
@@ -238,7 +238,8 @@ class LoopServing:
             queue = await self.connect()
             done = await until_reachable(lambda: queue.complete(job, effect=effect, result=result))
         except Exception as exc:  # the effect raised (rolled back), or the database did
-            self.tell(ticket, raised(ticket, Raised.from_exception(exc), started))
+            failed = Raised.from_exception(exc)
+            self.tell(ticket, job_raised(ticket, failed, time.monotonic() - started))
         else:
             self.tell(ticket, JobCompleted(ticket, done, time.monotonic() - started))
 
@@ -264,11 +265,6 @@ class LoopServing:
         if said:  # said as the queue says an outage ended
             log.warning(CONNECT_BACK, time.monotonic() - began)
         return self.queue
-
-
-def raised(ticket: int, outcome: Raised, started: float) -> JobRaised:
-    seconds = time.monotonic() - started
-    return JobRaised(ticket, outcome.error, outcome.retry_in, outcome.permanent, seconds)
 
 
 async def until_reachable(report: Callable[[], Awaitable[T]]) -> T:

@@ -321,10 +321,6 @@ class LoopProcess(ChildSlot[LoopChild]):
         into the shared word are the ones it took with it, but for those it noted there
         as returned, their outcomes not sent; those and the jobs it never began go back
         uncharged (W7)."""
-        last, returned = self._ended(child)
-        ended = [sent for sent in child.out.values() if sent.ticket not in returned]
-        unsent = [sent for sent in child.out.values() if sent.ticket in returned]
+        out = list(child.out.values())
         child.out.clear()
-        if unsent:
-            self._given_back_returned(child, unsent)
-        self._buried(child, ended, lambda sent: sent.ticket <= last)
+        self._buried(child, out, lambda sent, last: sent.ticket <= last)

@@ -314,6 +314,11 @@ class Inbox:
         return frames
 
 
+def job_raised(ticket: int, outcome: Raised, seconds: float) -> JobRaised:
+    """What a child says of a job whose handler (or its effect) raised, after `seconds`."""
+    return JobRaised(ticket, outcome.error, outcome.retry_in, outcome.permanent, seconds)
+
+
 def job_ended(message: Message) -> tuple[int, Outcome, float]:
     """The ticket, the outcome for the reporter, and the seconds the handler ran, of a
     `JobReturned`, `JobRaised` or `JobCompleted`; any other message here is a bug."""
